@@ -1,0 +1,208 @@
+"""Convert an original ELMo model (AllenNLP/bilm-tf ``options.json`` + HDF5 weights) to a Hugging Face folder.
+
+Command::
+
+    python convert_original_weights.py --options_file OPTIONS.json --weight_file WEIGHTS.hdf5 \
+        --output_dir OUT [--vocab_file VOCAB.txt] [--overwrite]
+
+or, installed, ``elmo-convert ...``; from Python, :func:`convert`. The folder holds ``config.json``,
+``model.safetensors`` (float32) and the tokenizer files, and loads with ``ElmoModel.from_pretrained(OUT)``
+and ``ElmoTokenizer.from_pretrained(OUT)`` (or the Auto classes once ``modeling_elmo`` is imported).
+
+The folder is written next to ``OUT`` under a temporary name and renamed at the end, so a failed
+conversion leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+
+
+class ConversionError(ValueError):
+    """The inputs cannot be converted; the message says why."""
+
+
+def _weight_map(config: ElmoConfig) -> Iterator[tuple[str, tuple[int, ...], list[tuple[str, callable]]]]:
+    """For each HDF5 dataset: its path, expected shape, and the ``(parameter, transform)`` pairs it fills.
+
+    The original multiplies ``x @ W``; ``nn.Linear`` stores ``W.T``.
+    """
+    cd, p, d, n = config.char_embedding_dim, config.projection_dim, config.lstm_dim, config.n_filters
+
+    def transpose(w):
+        return w.T
+
+    def identity(w):
+        return w
+
+    yield "char_embed", (261, cd), [("char_cnn.char_embedding.weight", lambda w: np.concatenate([np.zeros((1, cd), w.dtype), w]))]
+    for i, (width, count) in enumerate(config.char_cnn_filters):
+        # (1, width, char_dim, count) -> Conv1d's (count, char_dim, width)
+        yield f"CNN/W_cnn_{i}", (1, width, cd, count), [(f"char_cnn.convolutions.{i}.weight", lambda w: w[0].transpose(2, 1, 0))]
+        yield f"CNN/b_cnn_{i}", (count,), [(f"char_cnn.convolutions.{i}.bias", identity)]
+    for k in range(config.n_highway):
+        for part in ("carry", "transform"):
+            yield f"CNN_high_{k}/W_{part}", (n, n), [(f"char_cnn.highways.{k}.{part}.weight", transpose)]
+            yield f"CNN_high_{k}/b_{part}", (n,), [(f"char_cnn.highways.{k}.{part}.bias", identity)]
+    yield "CNN_proj/W_proj", (n, p), [("char_cnn.projection.weight", transpose)]
+    yield "CNN_proj/b_proj", (p,), [("char_cnn.projection.bias", identity)]
+    for direction, stack in enumerate(("forward_layers", "backward_layers")):
+        for layer in range(config.n_layers):
+            src = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
+            dst = f"bilm.{stack}.{layer}"
+            # W_0's first P rows multiply the layer input, the last P the previous output.
+            yield f"{src}/W_0", (2 * p, 4 * d), [
+                (f"{dst}.input_linear.weight", lambda w: w[:p].T),
+                (f"{dst}.state_linear.weight", lambda w: w[p:].T),
+            ]
+            yield f"{src}/B", (4 * d,), [(f"{dst}.input_linear.bias", identity)]
+            yield f"{src}/W_P_0", (d, p), [(f"{dst}.state_projection.weight", transpose)]
+
+
+def read_original_weights(weight_file: str | os.PathLike, config: ElmoConfig, progress: bool = True) -> dict[str, torch.Tensor]:
+    """Read an original HDF5 weight file into an [`ElmoModel`] state dict (float32).
+
+    Raises [`ConversionError`] naming every missing dataset and every shape that disagrees with
+    ``config``, or saying that the file is not readable HDF5.
+    """
+    import h5py  # converter-only dependency: kept out of the shipped model modules
+
+    weight_file = os.fspath(weight_file)
+    entries = list(_weight_map(config))
+    try:
+        handle = h5py.File(weight_file, "r")
+    except OSError as err:
+        raise ConversionError(f"cannot read {weight_file} as HDF5 (truncated or not an HDF5 file?): {err}") from err
+    with handle:
+        problems = []
+        for key, shape, _ in entries:
+            if key not in handle or not isinstance(handle[key], h5py.Dataset):
+                problems.append(f"missing dataset {key!r}")
+            elif tuple(handle[key].shape) != shape:
+                problems.append(f"{key!r} has shape {tuple(handle[key].shape)}, the options imply {shape}")
+        if problems:
+            raise ConversionError(
+                f"{weight_file} does not match the options: " + "; ".join(problems)
+                + ". Check that --options_file belongs to this weight file."
+            )
+        state = {}
+        total = sum(handle[key].size * 4 for key, _, _ in entries)
+        with tqdm(total=total, unit="B", unit_scale=True, desc="Reading weights", disable=not progress) as bar:
+            for key, _, targets in entries:
+                try:
+                    array = np.asarray(handle[key][()], dtype=np.float32)
+                except OSError as err:
+                    raise ConversionError(f"cannot read dataset {key!r} of {weight_file} (truncated file?): {err}") from err
+                if not np.isfinite(array).all():
+                    raise ConversionError(f"dataset {key!r} of {weight_file} holds NaN or infinite values")
+                for name, transform in targets:
+                    state[name] = torch.from_numpy(np.ascontiguousarray(transform(array)))
+                bar.update(array.size * 4)
+    return state
+
+
+def convert(
+    options_file: str | os.PathLike,
+    weight_file: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    vocab_file: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+) -> Path:
+    """Convert original ELMo weights to a folder that ``ElmoModel.from_pretrained`` loads.
+
+    Args:
+        options_file: the model's ``options.json``.
+        weight_file: the model's HDF5 weights.
+        output_dir: the folder to create (it must not exist, or be empty, unless ``overwrite``).
+        vocab_file: optional bilm-tf vocabulary (``<S>``, ``</S>``, ``<UNK>`` first) for the tokenizer's
+            word ids (language-model labels). The character ids do not need it.
+        overwrite: replace an existing ``output_dir``.
+        progress: show a progress bar while reading the weights.
+
+    Returns:
+        The output folder.
+
+    Raises:
+        FileNotFoundError: an input file does not exist.
+        ConversionError: the inputs are invalid; nothing is written.
+    """
+    for label, path in (("options file", options_file), ("weight file", weight_file), ("vocab file", vocab_file)):
+        if path is not None and not os.path.isfile(path):
+            raise FileNotFoundError(f"{label} not found: {os.fspath(path)}")
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ConversionError(f"output_dir {output_dir} exists and is not a folder")
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
+        raise ConversionError(f"output_dir {output_dir} exists and is not empty (pass --overwrite to replace it)")
+
+    try:
+        config = ElmoConfig.from_options(options_file)
+    except (ValueError, TypeError) as err:
+        raise ConversionError(f"invalid options file {os.fspath(options_file)}: {err}") from err
+    state = read_original_weights(weight_file, config, progress=progress)
+    try:
+        tokenizer = ElmoTokenizer(vocab_file=vocab_file, max_characters_per_token=config.max_characters_per_token)
+    except (ValueError, OSError) as err:
+        raise ConversionError(f"invalid vocab file {os.fspath(vocab_file)}: {err}") from err
+
+    model = ElmoModel(config)
+    # The scalar mixes are not in the original files: keep their neutral start (equal weights, gamma 1).
+    state.update({k: v for k, v in model.state_dict().items() if k.startswith("scalar_mixes.")})
+    model.load_state_dict(state, strict=True)
+
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        os.replace(staging, output_dir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return output_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Convert original ELMo weights (options.json + HDF5) to a Hugging Face model folder."
+    )
+    parser.add_argument("--options_file", required=True, help="the model's options.json")
+    parser.add_argument("--weight_file", required=True, help="the model's HDF5 weights")
+    parser.add_argument("--output_dir", required=True, help="folder to write (must not exist or be empty)")
+    parser.add_argument("--vocab_file", help="optional bilm-tf vocabulary file, for word ids (LM labels)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing output_dir")
+    parser.add_argument("--no_progress", action="store_true", help="do not show a progress bar")
+    args = parser.parse_args(argv)
+    try:
+        out = convert(
+            args.options_file,
+            args.weight_file,
+            args.output_dir,
+            vocab_file=args.vocab_file,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+        )
+    except (FileNotFoundError, ConversionError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"Converted to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,481 @@
+"""ELMo (Peters et al., NAACL 2018, "Deep contextualized word representations") as a Hugging Face model.
+
+The parts, in the paper's order, top to bottom in this file:
+
+    characters -> character CNN -> highway -> projection      (ElmoCharacterEncoder: layer 0)
+               -> forward and backward LSTM stacks            (ElmoLstmLayer, ElmoBiLm: layers 1..L)
+               -> scalar mix of the L+1 layers                (ElmoScalarMix)
+    ElmoModel ties them together: it adds <S>/</S> around every sentence, runs the biLM,
+    removes the boundaries again and returns the layers and the mixes.
+
+The paper's 2L + 1 representations of a word (x, and forward and backward h of each LSTM layer)
+are returned as L + 1 tensors of width 2P: ``[x; x]`` and ``[forward_h_j; backward_h_j]``, j = 1..L.
+
+Shapes: B sentences, W words (after padding), C characters per word (50), P = projection_dim,
+D = lstm_dim, T = W + 2 (words plus the sentence boundaries the model adds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+from transformers import initialization as init
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.utils import ModelOutput, can_return_tuple
+
+from .characters import NUM_CHARACTERS, begin_of_sentence_ids, end_of_sentence_ids
+from .configuration_elmo import ElmoConfig
+
+# One direction and layer's recurrent state: (projected output h (n, P), cell c (n, D)).
+LstmState = tuple[torch.Tensor, torch.Tensor]
+
+
+# ---------------------------------------------------------------------------------------------
+# Layer 0: characters -> character CNN -> highway -> projection
+# ---------------------------------------------------------------------------------------------
+
+
+class ElmoHighway(nn.Module):
+    """One highway layer: ``y = t * relu(x W_transform + b) + (1 - t) * x`` with ``t = sigmoid(x W_carry + b)``."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.carry = nn.Linear(size, size)
+        self.transform = nn.Linear(size, size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = torch.sigmoid(self.carry(x))
+        return gate * F.relu(self.transform(x)) + (1.0 - gate) * x
+
+
+class ElmoCharacterEncoder(nn.Module):
+    """The context-independent token encoder: a word's character ids to its layer-0 vector.
+
+    Character embedding, one 1-D convolution per ``(width, count)`` filter (max over positions,
+    then the activation), ``n_highway`` highway layers, and a linear projection to ``P``.
+
+    Input ``(..., C)`` character ids; output ``(..., P)``.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        self.char_embedding = nn.Embedding(NUM_CHARACTERS, config.char_embedding_dim, padding_idx=0)
+        self.convolutions = nn.ModuleList(
+            nn.Conv1d(config.char_embedding_dim, count, kernel_size=width) for width, count in config.char_cnn_filters
+        )
+        self.activation = torch.tanh if config.char_cnn_activation == "tanh" else F.relu
+        self.highways = nn.ModuleList(ElmoHighway(config.n_filters) for _ in range(config.n_highway))
+        self.projection = nn.Linear(config.n_filters, config.projection_dim)
+
+    def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
+        batch_shape = char_ids.shape[:-1]
+        chars = self.char_embedding(char_ids.reshape(-1, char_ids.shape[-1])).transpose(1, 2)  # (N, char_dim, C)
+        # Max over positions first: relu and tanh are monotonic, so this equals the original's order.
+        features = [self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions]
+        x = torch.cat(features, dim=-1)  # (N, n_filters)
+        for highway in self.highways:
+            x = highway(x)
+        return self.projection(x).reshape(*batch_shape, -1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers 1..L: the biLSTM language model
+# ---------------------------------------------------------------------------------------------
+
+
+class ElmoLstmLayer(GradientCheckpointingLayer):
+    """One layer of one direction: an LSTM with a projected, clipped output, read left to right.
+
+    The original (TensorFlow ``LSTMCell`` with ``num_proj``), per step::
+
+        i, j, f, o = [x_t; h_{t-1}] W + B                 (gate order of the original weights)
+        c_t = sigmoid(f + 1) * c_{t-1} + sigmoid(i) * tanh(j)   (the forget bias 1 is not stored in B)
+        c_t = clip(c_t, cell_clip)
+        h_t = clip((sigmoid(o) * tanh(c_t)) W_P, proj_clip)
+
+    ``W`` is split into ``input_linear`` (the rows that multiply ``x_t``, with ``B``) and
+    ``state_linear`` (the rows that multiply ``h_{t-1}``), so the input part of every step is one
+    matrix product for the whole sequence. With ``residual`` the layer's input is added to its
+    output; the recurrent state stays the un-added ``h_t``.
+    """
+
+    def __init__(self, config: ElmoConfig, residual: bool):
+        super().__init__()
+        self.input_linear = nn.Linear(config.projection_dim, 4 * config.lstm_dim)
+        self.state_linear = nn.Linear(config.projection_dim, 4 * config.lstm_dim, bias=False)
+        self.state_projection = nn.Linear(config.lstm_dim, config.projection_dim, bias=False)
+        self.cell_clip = config.cell_clip
+        self.proj_clip = config.proj_clip
+        self.residual = residual
+
+    def forward(
+        self,
+        inputs: torch.Tensor,
+        h: torch.Tensor,
+        c: torch.Tensor,
+        batch_sizes: Sequence[int],
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Run the layer over a batch sorted by length, longest first.
+
+        Args:
+            inputs: ``(B, T, P)``, zero past each sequence's end.
+            h, c: initial states, ``(B, P)`` and ``(B, D)``.
+            batch_sizes: for each step ``t``, how many rows are still running (non-increasing).
+
+        Returns:
+            ``outputs (B, T, P)`` (zero past each end), and the states after each row's last step,
+            ``h (B, P)`` and ``c (B, D)``.
+        """
+        batch, steps = inputs.shape[:2]
+        input_gates = self.input_linear(inputs)  # (B, T, 4D)
+        outputs = []
+        for t in range(steps):
+            n = batch_sizes[t]
+            gates = torch.addmm(input_gates[:n, t], h[:n], self.state_linear.weight.t())
+            i, j, f, o = gates.chunk(4, dim=1)
+            c_t = torch.sigmoid(f + 1.0) * c[:n] + torch.sigmoid(i) * torch.tanh(j)
+            if self.cell_clip is not None:
+                c_t = c_t.clamp(-self.cell_clip, self.cell_clip)
+            h_t = self.state_projection(torch.sigmoid(o) * torch.tanh(c_t))
+            if self.proj_clip is not None:
+                h_t = h_t.clamp(-self.proj_clip, self.proj_clip)
+            # Finished rows keep their last state (rows are sorted, so they are the tail).
+            h = h_t if n == batch else torch.cat([h_t, h[n:]])
+            c = c_t if n == batch else torch.cat([c_t, c[n:]])
+            outputs.append(F.pad(h_t, (0, 0, 0, batch - n)))
+        output = torch.stack(outputs, dim=1) if outputs else inputs.new_zeros(batch, 0, h.shape[-1])
+        if self.residual:
+            output = output + inputs
+        return output, h, c
+
+
+def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each row of ``x (B, T, ...)`` within its length; positions past the length stay put."""
+    steps = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+    index = torch.where(steps < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - steps, steps)
+    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
+
+
+class ElmoBiLm(nn.Module):
+    """The forward and backward LSTM stacks (independent weights), ``n_layers`` each.
+
+    Layer ``k > 0`` of a direction reads layer ``k - 1`` of the same direction; the backward stack
+    reads each sentence right to left. Layer ``k``'s output is ``[forward_h; backward_h]``.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        residual = [config.use_skip_connections and k > 0 for k in range(config.n_layers)]
+        self.forward_layers = nn.ModuleList(ElmoLstmLayer(config, r) for r in residual)
+        self.backward_layers = nn.ModuleList(ElmoLstmLayer(config, r) for r in residual)
+
+    def forward(
+        self,
+        token_embeddings: torch.Tensor,
+        lengths: torch.Tensor,
+        initial_states: list[list[LstmState]],
+    ) -> tuple[list[torch.Tensor], list[list[LstmState]]]:
+        """Run both stacks.
+
+        Args:
+            token_embeddings: ``(B, T, P)``, zero past each sequence's end.
+            lengths: ``(B,)`` steps per sequence, each at least 1.
+            initial_states: ``[direction][layer] -> (h (B, P), c (B, D))``, direction 0 forward.
+
+        Returns:
+            The ``n_layers`` outputs, each ``(B, T, 2P)``, and the final states (same layout as
+            ``initial_states``): after each sequence's last word for the forward stack, after its
+            first word for the backward stack.
+        """
+        # Sort longest first, so the rows still running at any step are a prefix of the batch.
+        sorted_lengths, order = lengths.sort(descending=True)
+        restore = order.argsort()
+        step_lengths = sorted_lengths.tolist()
+        batch_sizes = [sum(1 for n in step_lengths if n > t) for t in range(token_embeddings.shape[1])]
+
+        x = token_embeddings.index_select(0, order)
+        directions = []
+        final_states = []
+        for d, layers in enumerate((self.forward_layers, self.backward_layers)):
+            inputs = x if d == 0 else _reverse_padded(x, sorted_lengths)
+            outputs, states = [], []
+            for layer, (h, c) in zip(layers, initial_states[d], strict=True):
+                inputs, h, c = layer(inputs, h.index_select(0, order), c.index_select(0, order), batch_sizes)
+                outputs.append(inputs if d == 0 else _reverse_padded(inputs, sorted_lengths))
+                states.append((h.index_select(0, restore), c.index_select(0, restore)))
+            directions.append(outputs)
+            final_states.append(states)
+        layers_out = [torch.cat([f, b], dim=-1).index_select(0, restore) for f, b in zip(*directions, strict=True)]
+        return layers_out, final_states
+
+
+# ---------------------------------------------------------------------------------------------
+# The scalar mix: ELMo_k = gamma * sum_j softmax(w)_j h_{k,j}
+# ---------------------------------------------------------------------------------------------
+
+
+class ElmoScalarMix(nn.Module):
+    """A task's learned mix of the biLM layers: ``gamma * sum_j softmax(w)_j * norm(h_j)``, then dropout.
+
+    Args:
+        num_layers: layers to mix (``L + 1``: the token layer and the L biLSTM layers).
+        layer_norm: ``None``; ``"batch"``: normalise each layer with the mean and variance of all
+            its unmasked elements in the batch, as the original does (the result then depends on
+            the rest of the batch); ``"token"``: normalise each word vector on its own.
+        dropout: dropout on the mixed vector.
+
+    ``l2_penalty()`` is ``||w||^2``; heads add ``lambda * l2_penalty()`` to their loss.
+    """
+
+    def __init__(self, num_layers: int, layer_norm: str | None = None, dropout: float = 0.0):
+        super().__init__()
+        if layer_norm not in (None, "batch", "token"):
+            raise ValueError(f"layer_norm must be None, 'batch' or 'token', got {layer_norm!r}")
+        self.scalar_parameters = nn.Parameter(torch.zeros(num_layers))
+        self.gamma = nn.Parameter(torch.ones(1))
+        self.layer_norm = layer_norm
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, layers: Sequence[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
+        """Mix ``layers`` (each ``(B, W, H)``) under ``mask`` ``(B, W)``; returns ``(B, W, H)``, zero where masked."""
+        if len(layers) != self.scalar_parameters.numel():
+            raise ValueError(f"expected {self.scalar_parameters.numel()} layers to mix, got {len(layers)}")
+        weights = torch.softmax(self.scalar_parameters, dim=0)
+        keep = mask.unsqueeze(-1).to(layers[0].dtype)
+        mixed = sum(w * self._normalize(layer, keep) for w, layer in zip(weights, layers, strict=True))
+        return self.dropout(self.gamma * mixed) * keep
+
+    def _normalize(self, layer: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        if self.layer_norm == "token":
+            return F.layer_norm(layer, layer.shape[-1:], eps=1e-12)
+        if self.layer_norm == "batch":
+            count = (keep.sum() * layer.shape[-1]).clamp(min=1)
+            mean = (layer * keep).sum() / count
+            variance = (((layer - mean) * keep) ** 2).sum() / count
+            return (layer - mean) / torch.sqrt(variance + 1e-12)
+        return layer
+
+    def l2_penalty(self) -> torch.Tensor:
+        """``||w||^2`` of the (pre-softmax) mixing weights."""
+        return (self.scalar_parameters**2).sum()
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ElmoModelOutput(ModelOutput):
+    """Output of [`ElmoModel`].
+
+    Args:
+        elmo: ``(B, W, 2P)``, the first scalar mix (``None`` when the config asks for no mix).
+        elmo_representations: all ``num_output_representations`` mixes, each ``(B, W, 2P)``.
+        hidden_states: with ``output_hidden_states=True``, the ``L + 1`` biLM layers (the paper's ``2L + 1``
+            representations, forward and backward side by side), each
+            ``(B, W, 2P)``: ``[0]`` is the token layer ``[x; x]``, ``[k]`` is ``[forward_h; backward_h]``
+            of LSTM layer ``k``.
+        mask: ``(B, W)`` bool, True for words. Every output is exactly zero where it is False.
+    """
+
+    elmo: torch.Tensor | None = None
+    elmo_representations: tuple[torch.Tensor, ...] | None = None
+    hidden_states: tuple[torch.Tensor, ...] | None = None
+    mask: torch.Tensor | None = None
+
+
+class ElmoPreTrainedModel(PreTrainedModel):
+    config_class = ElmoConfig
+    base_model_prefix = "elmo"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["ElmoLstmLayer", "ElmoCharacterEncoder"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, ElmoScalarMix):
+            init.zeros_(module.scalar_parameters)
+            init.ones_(module.gamma)
+        else:
+            super()._init_weights(module)
+
+
+class ElmoModel(ElmoPreTrainedModel):
+    r"""The ELMo biLM with its scalar mixes: words (as character ids) to contextual vectors.
+
+    The model puts ``<S>`` before and ``</S>`` after every sentence, runs the character encoder and
+    the biLM, and drops the boundary positions again, so every output has one vector per input word.
+
+    Stateless by default: a sentence's vectors depend only on the sentence. With
+    ``config.stateful=True`` (``ElmoModel.from_pretrained(path, stateful=True)``), each batch row
+    starts from the LSTM states that the same row ended with in the previous call, as the original
+    implementations do; this reproduces the original outputs, but the same sentence then gets
+    different vectors on different calls. [`reset_states`] clears the carried states.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        self.char_cnn = ElmoCharacterEncoder(config)
+        self.bilm = ElmoBiLm(config)
+        self.scalar_mixes = nn.ModuleList(
+            ElmoScalarMix(config.n_layers + 1, config.scalar_mix_layer_norm, config.elmo_dropout)
+            for _ in range(config.num_output_representations)
+        )
+        self._states: list[list[LstmState]] | None = None  # stateful mode: [direction][layer], (rows, ...)
+        self.register_buffer("_boundary_ids", self._make_boundary_ids(config), persistent=False)
+        self.post_init()
+
+    @staticmethod
+    def _make_boundary_ids(config: ElmoConfig) -> torch.Tensor:
+        chars = config.max_characters_per_token
+        return torch.tensor([begin_of_sentence_ids(chars), end_of_sentence_ids(chars)])
+
+    def _init_weights(self, module: nn.Module) -> None:
+        super()._init_weights(module)
+        if module is self:
+            init.copy_(self._boundary_ids, self._make_boundary_ids(self.config))
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.char_cnn
+
+    def reset_states(self) -> None:
+        """Forget the LSTM states carried between calls in stateful mode."""
+        self._states = None
+
+    def mix_l2_penalty(self) -> torch.Tensor:
+        """``scalar_mix_l2_coef * sum ||w||^2`` over the mixes, for a head to add to its loss."""
+        penalty = sum((mix.l2_penalty() for mix in self.scalar_mixes), torch.zeros((), device=self.device))
+        return self.config.scalar_mix_l2_coef * penalty
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> ElmoModelOutput:
+        r"""
+        Args:
+            input_ids: ``(B, W, C)`` character ids from [`ElmoTokenizer`]; a padded word is a row of zeros.
+            attention_mask: ``(B, W)``, 1 for words, 0 for padding (right padding only). Default:
+                the words whose character row is not all zero.
+            output_hidden_states: also return the ``L + 1`` layers.
+
+        Returns:
+            [`ElmoModelOutput`]; with ``return_dict=False`` a tuple of its non-``None`` fields.
+        """
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        mask = self._word_mask(input_ids, attention_mask)
+        layers = self.compute_layers(input_ids, mask)
+        mixes = tuple(mix(layers, mask) for mix in self.scalar_mixes)
+        return ElmoModelOutput(
+            elmo=mixes[0] if mixes else None,
+            elmo_representations=mixes,
+            hidden_states=tuple(layers) if output_hidden_states else None,
+            mask=mask,
+        )
+
+    def compute_layers(self, input_ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+        """The ``L + 1`` biLM layers of the words, each ``(B, W, 2P)``, zero where ``mask`` ``(B, W)`` is False."""
+        batch, words = mask.shape
+        width = 2 * self.config.projection_dim
+        lengths = mask.sum(dim=1)
+        rows = lengths.nonzero().squeeze(1)  # sentences with at least one word
+        if rows.numel() == 0:
+            zeros = input_ids.new_zeros((batch, words, width), dtype=self.dtype)
+            return [zeros] * (self.config.n_layers + 1)
+
+        # <S> w_1 .. w_n </S> for each sentence, as char ids (R, T, C) and embeddings (R, T, P).
+        ids, steps = self._add_boundaries(input_ids.index_select(0, rows), mask.index_select(0, rows))
+        present = ids.ne(0).any(dim=-1)
+        tokens = ids.new_zeros((*present.shape, self.config.projection_dim), dtype=self.dtype)
+        tokens[present] = self.char_cnn(ids[present])
+
+        layers, states = self.bilm(tokens, steps, self._initial_states(rows, tokens))
+        if self.config.stateful:
+            self._store_states(rows, states)
+
+        # Drop <S> (position 0) and </S> (position n + 1, which the mask zeroes).
+        keep = mask.index_select(0, rows).unsqueeze(-1).to(tokens.dtype)
+        outputs = [torch.cat([tokens, tokens], dim=-1)] + layers
+        outputs = [layer[:, 1 : words + 1] * keep for layer in outputs]
+        if rows.numel() < batch:
+            outputs = [layer.new_zeros(batch, words, width).index_copy(0, rows, layer) for layer in outputs]
+        return outputs
+
+    def _word_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        chars = self.config.max_characters_per_token
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 3 or input_ids.shape[-1] != chars:
+            shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+            raise ValueError(
+                f"input_ids must be a (batch, words, {chars}) tensor of character ids from ElmoTokenizer, got {shape}"
+            )
+        if input_ids.is_floating_point() or input_ids.is_complex():
+            raise ValueError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}")
+        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= NUM_CHARACTERS):
+            raise ValueError(f"character ids must be in [0, {NUM_CHARACTERS}); is this the output of ElmoTokenizer?")
+        if attention_mask is None:
+            return input_ids.ne(0).any(dim=-1)
+        if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
+            raise ValueError(
+                f"attention_mask must have shape (batch, words) = {tuple(input_ids.shape[:2])}, "
+                f"got {tuple(attention_mask.shape)}"
+            )
+        mask = attention_mask.bool()
+        prefix = torch.arange(mask.shape[1], device=mask.device) < mask.sum(dim=1, keepdim=True)
+        if not torch.equal(mask, prefix):
+            raise ValueError("attention_mask must be right-padded: the words of a sentence first, then padding")
+        return mask
+
+    def _add_boundaries(self, input_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(R, W, C)`` words -> ``(R, W + 2, C)`` with ``<S>`` first and ``</S>`` after the last word."""
+        rows, words, chars = input_ids.shape
+        lengths = mask.sum(dim=1)
+        bos, eos = self._boundary_ids.to(input_ids.dtype)
+        ids = input_ids.new_zeros(rows, words + 2, chars)
+        ids[:, 0] = bos
+        ids[:, 1 : words + 1] = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
+        ids[torch.arange(rows, device=ids.device), lengths + 1] = eos
+        return ids, lengths + 2
+
+    def _initial_states(self, rows: torch.Tensor, like: torch.Tensor) -> list[list[LstmState]]:
+        n, cfg = rows.numel(), self.config
+        zeros = [[(like.new_zeros(n, cfg.projection_dim), like.new_zeros(n, cfg.lstm_dim))] * cfg.n_layers] * 2
+        if not cfg.stateful or self._states is None:
+            return zeros
+        stored = self._states[0][0][0].shape[0]
+        if stored <= int(rows.max()):  # the batch grew: new rows start from zero
+            self._grow_states(int(rows.max()) + 1)
+        return [
+            [(h.to(like).index_select(0, rows), c.to(like).index_select(0, rows)) for h, c in layers]
+            for layers in self._states
+        ]
+
+    def _grow_states(self, size: int) -> None:
+        self._states = [
+            [(F.pad(h, (0, 0, 0, size - h.shape[0])), F.pad(c, (0, 0, 0, size - c.shape[0]))) for h, c in layers]
+            for layers in self._states
+        ]
+
+    def _store_states(self, rows: torch.Tensor, states: list[list[LstmState]]) -> None:
+        states = [[(h.detach(), c.detach()) for h, c in layers] for layers in states]
+        size = int(rows.max()) + 1
+        if self._states is None:
+            self._states = [[(h.new_zeros(size, h.shape[1]), c.new_zeros(size, c.shape[1])) for h, c in layers]
+                            for layers in states]
+        self._states = [
+            [(old_h.index_copy(0, rows, h), old_c.index_copy(0, rows, c))
+             for (old_h, old_c), (h, c) in zip(old, new, strict=True)]
+            for old, new in zip(self._states, states, strict=True)
+        ]
+
+
+__all__ = ["ElmoModel", "ElmoPreTrainedModel", "ElmoModelOutput", "ElmoScalarMix", "ElmoCharacterEncoder", "ElmoBiLm"]
