@@ -47,10 +47,18 @@ def _weight_map(config: ElmoConfig) -> Iterator[tuple[str, tuple[int, ...], list
     def identity(w):
         return w
 
-    yield "char_embed", (261, cd), [("char_cnn.char_embedding.weight", lambda w: np.concatenate([np.zeros((1, cd), w.dtype), w]))]
+    yield (
+        "char_embed",
+        (261, cd),
+        [("char_cnn.char_embedding.weight", lambda w: np.concatenate([np.zeros((1, cd), w.dtype), w]))],
+    )
     for i, (width, count) in enumerate(config.char_cnn_filters):
         # (1, width, char_dim, count) -> Conv1d's (count, char_dim, width)
-        yield f"CNN/W_cnn_{i}", (1, width, cd, count), [(f"char_cnn.convolutions.{i}.weight", lambda w: w[0].transpose(2, 1, 0))]
+        yield (
+            f"CNN/W_cnn_{i}",
+            (1, width, cd, count),
+            [(f"char_cnn.convolutions.{i}.weight", lambda w: w[0].transpose(2, 1, 0))],
+        )
         yield f"CNN/b_cnn_{i}", (count,), [(f"char_cnn.convolutions.{i}.bias", identity)]
     for k in range(config.n_highway):
         for part in ("carry", "transform"):
@@ -63,15 +71,21 @@ def _weight_map(config: ElmoConfig) -> Iterator[tuple[str, tuple[int, ...], list
             src = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
             dst = f"bilm.{stack}.{layer}"
             # W_0's first P rows multiply the layer input, the last P the previous output.
-            yield f"{src}/W_0", (2 * p, 4 * d), [
-                (f"{dst}.input_linear.weight", lambda w: w[:p].T),
-                (f"{dst}.state_linear.weight", lambda w: w[p:].T),
-            ]
+            yield (
+                f"{src}/W_0",
+                (2 * p, 4 * d),
+                [
+                    (f"{dst}.input_linear.weight", lambda w: w[:p].T),
+                    (f"{dst}.state_linear.weight", lambda w: w[p:].T),
+                ],
+            )
             yield f"{src}/B", (4 * d,), [(f"{dst}.input_linear.bias", identity)]
             yield f"{src}/W_P_0", (d, p), [(f"{dst}.state_projection.weight", transpose)]
 
 
-def read_original_weights(weight_file: str | os.PathLike, config: ElmoConfig, progress: bool = True) -> dict[str, torch.Tensor]:
+def read_original_weights(
+    weight_file: str | os.PathLike, config: ElmoConfig, progress: bool = True
+) -> dict[str, torch.Tensor]:
     """Read an original HDF5 weight file into an [`ElmoModel`] state dict (float32).
 
     Raises [`ConversionError`] naming every missing dataset and every shape that disagrees with
@@ -94,7 +108,8 @@ def read_original_weights(weight_file: str | os.PathLike, config: ElmoConfig, pr
                 problems.append(f"{key!r} has shape {tuple(handle[key].shape)}, the options imply {shape}")
         if problems:
             raise ConversionError(
-                f"{weight_file} does not match the options: " + "; ".join(problems)
+                f"{weight_file} does not match the options: "
+                + "; ".join(problems)
                 + ". Check that --options_file belongs to this weight file."
             )
         state = {}
@@ -104,7 +119,9 @@ def read_original_weights(weight_file: str | os.PathLike, config: ElmoConfig, pr
                 try:
                     array = np.asarray(handle[key][()], dtype=np.float32)
                 except OSError as err:
-                    raise ConversionError(f"cannot read dataset {key!r} of {weight_file} (truncated file?): {err}") from err
+                    raise ConversionError(
+                        f"cannot read dataset {key!r} of {weight_file} (truncated file?): {err}"
+                    ) from err
                 if not np.isfinite(array).all():
                     raise ConversionError(f"dataset {key!r} of {weight_file} holds NaN or infinite values")
                 for name, transform in targets:

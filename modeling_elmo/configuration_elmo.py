@@ -79,13 +79,10 @@ class ElmoConfig(PreTrainedConfig):
 
     def _validate(self) -> None:
         if self.char_cnn_activation not in _ACTIVATIONS:
-            raise ValueError(
-                f"char_cnn_activation must be one of {_ACTIVATIONS}, got {self.char_cnn_activation!r}"
-            )
+            raise ValueError(f"char_cnn_activation must be one of {_ACTIVATIONS}, got {self.char_cnn_activation!r}")
         if self.scalar_mix_layer_norm not in _LAYER_NORM_MODES:
             raise ValueError(
-                f"scalar_mix_layer_norm must be one of {_LAYER_NORM_MODES}, "
-                f"got {self.scalar_mix_layer_norm!r}"
+                f"scalar_mix_layer_norm must be one of {_LAYER_NORM_MODES}, got {self.scalar_mix_layer_norm!r}"
             )
         for name in ("char_embedding_dim", "lstm_dim", "projection_dim", "n_layers", "max_characters_per_token"):
             value = getattr(self, name)

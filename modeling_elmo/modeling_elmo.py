@@ -469,11 +469,14 @@ class ElmoModel(ElmoPreTrainedModel):
         states = [[(h.detach(), c.detach()) for h, c in layers] for layers in states]
         size = int(rows.max()) + 1
         if self._states is None:
-            self._states = [[(h.new_zeros(size, h.shape[1]), c.new_zeros(size, c.shape[1])) for h, c in layers]
-                            for layers in states]
+            self._states = [
+                [(h.new_zeros(size, h.shape[1]), c.new_zeros(size, c.shape[1])) for h, c in layers] for layers in states
+            ]
         self._states = [
-            [(old_h.index_copy(0, rows, h), old_c.index_copy(0, rows, c))
-             for (old_h, old_c), (h, c) in zip(old, new, strict=True)]
+            [
+                (old_h.index_copy(0, rows, h), old_c.index_copy(0, rows, c))
+                for (old_h, old_c), (h, c) in zip(old, new, strict=True)
+            ]
             for old, new in zip(self._states, states, strict=True)
         ]
 
