@@ -392,3 +392,28 @@ def test_auto_classes_and_public_api(converted_fixture):
     torch.testing.assert_close(model(**raw).elmo[0], out.elmo[0], atol=1e-6, rtol=0)
     as_tuple = model(**enc, return_dict=False)
     assert torch.equal(as_tuple[0], out.elmo)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "   ",
+        "x" * 10_000,
+        "bad \ud800 surrogate",
+        "tab\tand\x00nul\x07bell",
+        "emoji 🙂🙂 and ünïcödé",
+        "\u200b\ufeff",
+    ],
+    ids=["empty", "spaces", "10k-char-word", "lone-surrogate", "control-chars", "non-ascii", "zero-width"],
+)
+def test_awkward_text_runs_end_to_end(text):
+    """Tokenizer and model together: no crash, one vector per word, zeros elsewhere."""
+    model = tiny_model()
+    enc = TOKENIZER([text, "A normal sentence ."], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**enc)
+    words = int(enc["attention_mask"][0].sum())
+    assert out.elmo.shape[:2] == enc["attention_mask"].shape
+    assert torch.isfinite(out.elmo).all()
+    assert torch.all(out.elmo[0, words:] == 0)
