@@ -2,41 +2,17 @@
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import random
-import sys
-import types
 
 import numpy as np
 import pytest
 import torch
 from transformers import AutoTokenizer, DataCollatorForTokenClassification, DataCollatorWithPadding
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE_DIR = os.path.join(REPO_ROOT, "modeling_elmo")
-
-try:
-    import modeling_elmo
-
-    PACKAGE_IMPORT_ERROR = None
-except Exception as error:  # the package's other files may not import yet (any error, not only ImportError)
-    modeling_elmo = None
-    PACKAGE_IMPORT_ERROR = error
-
-if PACKAGE_IMPORT_ERROR is None:
-    from modeling_elmo.characters import word_to_char_ids
-    from modeling_elmo.tokenization_elmo import ElmoTokenizer
-else:
-    # Load the tokenizer's two files under a private package name, so that a broken
-    # modeling_elmo/__init__.py does not hide the tokenizer's own results.
-    _stub = types.ModuleType("_elmo_tokenizer_under_test")
-    _stub.__path__ = [PACKAGE_DIR]
-    sys.modules[_stub.__name__] = _stub
-    word_to_char_ids = importlib.import_module(f"{_stub.__name__}.characters").word_to_char_ids
-    ElmoTokenizer = importlib.import_module(f"{_stub.__name__}.tokenization_elmo").ElmoTokenizer
-
+import modeling_elmo
+from modeling_elmo.characters import word_to_char_ids
+from modeling_elmo.tokenization_elmo import ElmoTokenizer
 
 C = 50
 CAT = [259, 100, 98, 117, 260] + [261] * 45  # [258, 'c', 'a', 't', 259, 260...] + 1
@@ -154,14 +130,9 @@ def test_raw_text_splitting(tok, text, words):
     assert enc["input_ids"] == [row(word) for word in words]
 
 
-FIXTURE_SENTENCES = os.path.join(os.path.dirname(REPO_ROOT), "shared", "fixtures", "bilm-residual", "sentences.json")
-
-
-def test_1b_word_benchmark_sentences_keep_their_tokenization(tok):
+def test_1b_word_benchmark_sentences_keep_their_tokenization(tok, fixture_dir):
     """Sentences of the 1B Word Benchmark (already tokenized) come out with the same words."""
-    if not os.path.isfile(FIXTURE_SENTENCES):
-        pytest.skip("the bilm-residual fixtures are not there")
-    with open(FIXTURE_SENTENCES, encoding="utf-8") as handle:
+    with open(fixture_dir / "sentences.json", encoding="utf-8") as handle:
         sentences = [sentence for group in json.load(handle) for sentence in group]
     assert len(sentences) == 30
     for sentence in sentences:
@@ -405,8 +376,6 @@ def test_saved_tokenizer_has_no_padding_state(tmp_path, tok):
 
 
 def test_auto_tokenizer_loads_an_elmo_tokenizer(tmp_path):
-    if PACKAGE_IMPORT_ERROR is not None:
-        pytest.skip(f"modeling_elmo does not import yet: {PACKAGE_IMPORT_ERROR}")
     if getattr(modeling_elmo, "__file__", None) is None:
         pytest.skip("modeling_elmo has no __init__.py yet")
     ElmoTokenizer(split_punctuation=False, max_characters_per_token=30).save_pretrained(tmp_path)
