@@ -20,7 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +34,11 @@ class ConversionError(ValueError):
     """The inputs cannot be converted; the message says why."""
 
 
-def _weight_map(config: ElmoConfig) -> Iterator[tuple[str, tuple[int, ...], list[tuple[str, callable]]]]:
+def _weight_map(config: ElmoConfig) -> Iterator[tuple[str, tuple[int, ...], list[tuple[str, Callable]]]]:
     """For each HDF5 dataset: its path, expected shape, and the ``(parameter, transform)`` pairs it fills.
 
-    The original multiplies ``x @ W``; ``nn.Linear`` stores ``W.T``.
+    A parameter named ``name[d]`` is direction ``d`` of a stacked ``(2, ...)`` biLSTM parameter.
+    The original multiplies ``x @ W``; ``nn.Linear`` stores ``W.T``; the biLSTM keeps ``x @ W``.
     """
     cd, p, d, n = config.char_embedding_dim, config.projection_dim, config.lstm_dim, config.n_filters
 
@@ -47,18 +48,15 @@ def _weight_map(config: ElmoConfig) -> Iterator[tuple[str, tuple[int, ...], list
     def identity(w):
         return w
 
-    yield (
-        "char_embed",
-        (261, cd),
-        [("char_cnn.char_embedding.weight", lambda w: np.concatenate([np.zeros((1, cd), w.dtype), w]))],
-    )
+    def with_padding_row(w):  # character id 0 ("no word") gets a zero row
+        return np.concatenate([np.zeros((1, cd), w.dtype), w])
+
+    def conv_kernel(w):  # (1, width, char_dim, count) -> Conv1d's (count, char_dim, width)
+        return w[0].transpose(2, 1, 0)
+
+    yield "char_embed", (261, cd), [("char_cnn.char_embedding.weight", with_padding_row)]
     for i, (width, count) in enumerate(config.char_cnn_filters):
-        # (1, width, char_dim, count) -> Conv1d's (count, char_dim, width)
-        yield (
-            f"CNN/W_cnn_{i}",
-            (1, width, cd, count),
-            [(f"char_cnn.convolutions.{i}.weight", lambda w: w[0].transpose(2, 1, 0))],
-        )
+        yield f"CNN/W_cnn_{i}", (1, width, cd, count), [(f"char_cnn.convolutions.{i}.weight", conv_kernel)]
         yield f"CNN/b_cnn_{i}", (count,), [(f"char_cnn.convolutions.{i}.bias", identity)]
     for k in range(config.n_highway):
         for part in ("carry", "transform"):
@@ -66,21 +64,21 @@ def _weight_map(config: ElmoConfig) -> Iterator[tuple[str, tuple[int, ...], list
             yield f"CNN_high_{k}/b_{part}", (n,), [(f"char_cnn.highways.{k}.{part}.bias", identity)]
     yield "CNN_proj/W_proj", (n, p), [("char_cnn.projection.weight", transpose)]
     yield "CNN_proj/b_proj", (p,), [("char_cnn.projection.bias", identity)]
-    for direction, stack in enumerate(("forward_layers", "backward_layers")):
+    for direction in range(2):  # 0 forward, 1 backward
         for layer in range(config.n_layers):
             src = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell"
-            dst = f"bilm.{stack}.{layer}"
+            dst = f"bilm.layers.{layer}"
             # W_0's first P rows multiply the layer input, the last P the previous output.
             yield (
                 f"{src}/W_0",
                 (2 * p, 4 * d),
                 [
-                    (f"{dst}.input_linear.weight", lambda w: w[:p].T),
-                    (f"{dst}.state_linear.weight", lambda w: w[p:].T),
+                    (f"{dst}.input_kernel[{direction}]", lambda w: w[:p]),
+                    (f"{dst}.state_kernel[{direction}]", lambda w: w[p:]),
                 ],
             )
-            yield f"{src}/B", (4 * d,), [(f"{dst}.input_linear.bias", identity)]
-            yield f"{src}/W_P_0", (d, p), [(f"{dst}.state_projection.weight", transpose)]
+            yield f"{src}/B", (4 * d,), [(f"{dst}.bias[{direction}]", identity)]
+            yield f"{src}/W_P_0", (d, p), [(f"{dst}.projection[{direction}]", identity)]
 
 
 def read_original_weights(
@@ -112,7 +110,8 @@ def read_original_weights(
                 + "; ".join(problems)
                 + ". Check that --options_file belongs to this weight file."
             )
-        state = {}
+        state: dict[str, torch.Tensor] = {}
+        stacked: dict[str, list] = {}
         total = sum(handle[key].size * 4 for key, _, _ in entries)
         with tqdm(total=total, unit="B", unit_scale=True, desc="Reading weights", disable=not progress) as bar:
             for key, _, targets in entries:
@@ -125,8 +124,14 @@ def read_original_weights(
                 if not np.isfinite(array).all():
                     raise ConversionError(f"dataset {key!r} of {weight_file} holds NaN or infinite values")
                 for name, transform in targets:
-                    state[name] = torch.from_numpy(np.ascontiguousarray(transform(array)))
+                    value = torch.from_numpy(np.ascontiguousarray(transform(array)))
+                    if name.endswith("]"):
+                        name, direction = name[:-1].split("[")
+                        stacked.setdefault(name, [None, None])[int(direction)] = value
+                    else:
+                        state[name] = value
                 bar.update(array.size * 4)
+    state.update({name: torch.stack(pair) for name, pair in stacked.items()})
     return state
 
 

@@ -3,7 +3,7 @@
 The parts, in the paper's order, top to bottom in this file:
 
     characters -> character CNN -> highway -> projection      (ElmoCharacterEncoder: layer 0)
-               -> forward and backward LSTM stacks            (ElmoLstmLayer, ElmoBiLm: layers 1..L)
+               -> forward and backward LSTM stacks            (ElmoBiLstmLayer, ElmoBiLm: layers 1..L)
                -> scalar mix of the L+1 layers                (ElmoScalarMix)
     ElmoModel ties them together: it adds <S>/</S> around every sentence, runs the biLM,
     removes the boundaries again and returns the layers and the mixes.
@@ -31,7 +31,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 from .characters import NUM_CHARACTERS, begin_of_sentence_ids, end_of_sentence_ids
 from .configuration_elmo import ElmoConfig
 
-# One direction and layer's recurrent state: (projected output h (n, P), cell c (n, D)).
+# One layer's recurrent state, both directions: (projected output h (2, n, P), cell c (2, n, D)).
 LstmState = tuple[torch.Tensor, torch.Tensor]
 
 
@@ -88,27 +88,33 @@ class ElmoCharacterEncoder(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
-class ElmoLstmLayer(GradientCheckpointingLayer):
-    """One layer of one direction: an LSTM with a projected, clipped output, read left to right.
+class ElmoBiLstmLayer(GradientCheckpointingLayer):
+    """Layer ``k`` of the biLM: a forward and a backward LSTM (independent weights), each with a
+    projected, clipped output. Index 0 of every parameter is the forward direction, 1 the backward.
 
-    The original (TensorFlow ``LSTMCell`` with ``num_proj``), per step::
+    The original (TensorFlow ``LSTMCell`` with ``num_proj``), per direction and step::
 
-        i, j, f, o = [x_t; h_{t-1}] W + B                 (gate order of the original weights)
-        c_t = sigmoid(f + 1) * c_{t-1} + sigmoid(i) * tanh(j)   (the forget bias 1 is not stored in B)
+        i, j, f, o = [x_t; h_{t-1}] W_0 + B                        (gate order of the original weights)
+        c_t = sigmoid(f + 1) * c_{t-1} + sigmoid(i) * tanh(j)      (the forget bias 1 is not stored in B)
         c_t = clip(c_t, cell_clip)
         h_t = clip((sigmoid(o) * tanh(c_t)) W_P, proj_clip)
 
-    ``W`` is split into ``input_linear`` (the rows that multiply ``x_t``, with ``B``) and
-    ``state_linear`` (the rows that multiply ``h_{t-1}``), so the input part of every step is one
-    matrix product for the whole sequence. With ``residual`` the layer's input is added to its
-    output; the recurrent state stays the un-added ``h_t``.
+    ``W_0`` is kept as ``input_kernel`` (its rows that multiply ``x_t``) and ``state_kernel`` (those
+    that multiply ``h_{t-1}``): the input part of all steps is then one matrix product per layer,
+    and each step is one batched product for both directions. With ``residual`` the layer's input is
+    added to its output; the recurrent state stays the un-added ``h_t``.
+
+    Parameters: ``input_kernel``, ``state_kernel`` ``(2, P, 4D)``, ``bias`` ``(2, 4D)``,
+    ``projection`` ``(2, D, P)``, all in the original ``x @ W`` layout.
     """
 
     def __init__(self, config: ElmoConfig, residual: bool):
         super().__init__()
-        self.input_linear = nn.Linear(config.projection_dim, 4 * config.lstm_dim)
-        self.state_linear = nn.Linear(config.projection_dim, 4 * config.lstm_dim, bias=False)
-        self.state_projection = nn.Linear(config.lstm_dim, config.projection_dim, bias=False)
+        p, d = config.projection_dim, config.lstm_dim
+        self.input_kernel = nn.Parameter(torch.empty(2, p, 4 * d))
+        self.state_kernel = nn.Parameter(torch.empty(2, p, 4 * d))
+        self.bias = nn.Parameter(torch.empty(2, 4 * d))
+        self.projection = nn.Parameter(torch.empty(2, d, p))
         self.cell_clip = config.cell_clip
         self.proj_clip = config.proj_clip
         self.residual = residual
@@ -120,35 +126,40 @@ class ElmoLstmLayer(GradientCheckpointingLayer):
         c: torch.Tensor,
         batch_sizes: Sequence[int],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Run the layer over a batch sorted by length, longest first.
+        """Run both directions over a batch sorted by length, longest first.
 
         Args:
-            inputs: ``(B, T, P)``, zero past each sequence's end.
-            h, c: initial states, ``(B, P)`` and ``(B, D)``.
+            inputs: ``(2, B, T, P)``: the forward direction's input and the backward direction's,
+                the latter already reversed within each sequence's length; zero past each end.
+            h, c: initial states ``(2, B, P)`` and ``(2, B, D)``.
             batch_sizes: for each step ``t``, how many rows are still running (non-increasing).
 
         Returns:
-            ``outputs (B, T, P)`` (zero past each end), and the states after each row's last step,
-            ``h (B, P)`` and ``c (B, D)``.
+            ``outputs (2, B, T, P)`` (zero past each end; the backward one still reversed), and the
+            states after each row's last step, ``h (2, B, P)`` and ``c (2, B, D)``.
         """
-        batch, steps = inputs.shape[:2]
-        input_gates = self.input_linear(inputs)  # (B, T, 4D)
+        _, batch, steps, width = inputs.shape
+        d = self.projection.shape[1]
+        # The forget bias, added once for all steps instead of once per step.
+        bias = self.bias + F.pad(self.bias.new_ones(d), (2 * d, d))
+        input_gates = torch.baddbmm(bias.unsqueeze(1), inputs.reshape(2, -1, width), self.input_kernel)
+        input_gates = input_gates.view(2, batch, steps, 4 * d)
         outputs = []
         for t in range(steps):
             n = batch_sizes[t]
-            gates = torch.addmm(input_gates[:n, t], h[:n], self.state_linear.weight.t())
-            i, j, f, o = gates.chunk(4, dim=1)
-            c_t = torch.sigmoid(f + 1.0) * c[:n] + torch.sigmoid(i) * torch.tanh(j)
+            gates = torch.baddbmm(input_gates[:, :n, t], h[:, :n], self.state_kernel)  # (2, n, 4D)
+            i, j, f, o = gates.chunk(4, dim=-1)
+            c_t = torch.sigmoid(f) * c[:, :n] + torch.sigmoid(i) * torch.tanh(j)
             if self.cell_clip is not None:
                 c_t = c_t.clamp(-self.cell_clip, self.cell_clip)
-            h_t = self.state_projection(torch.sigmoid(o) * torch.tanh(c_t))
+            h_t = torch.bmm(torch.sigmoid(o) * torch.tanh(c_t), self.projection)
             if self.proj_clip is not None:
                 h_t = h_t.clamp(-self.proj_clip, self.proj_clip)
             # Finished rows keep their last state (rows are sorted, so they are the tail).
-            h = h_t if n == batch else torch.cat([h_t, h[n:]])
-            c = c_t if n == batch else torch.cat([c_t, c[n:]])
+            h = h_t if n == batch else torch.cat([h_t, h[:, n:]], dim=1)
+            c = c_t if n == batch else torch.cat([c_t, c[:, n:]], dim=1)
             outputs.append(F.pad(h_t, (0, 0, 0, batch - n)))
-        output = torch.stack(outputs, dim=1) if outputs else inputs.new_zeros(batch, 0, h.shape[-1])
+        output = torch.stack(outputs, dim=2) if outputs else torch.zeros_like(inputs)
         if self.residual:
             output = output + inputs
         return output, h, c
@@ -162,35 +173,35 @@ def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 
 class ElmoBiLm(nn.Module):
-    """The forward and backward LSTM stacks (independent weights), ``n_layers`` each.
+    """The biLSTM: ``n_layers`` [`ElmoBiLstmLayer`]s, each reading the one below, direction by direction.
 
-    Layer ``k > 0`` of a direction reads layer ``k - 1`` of the same direction; the backward stack
-    reads each sentence right to left. Layer ``k``'s output is ``[forward_h; backward_h]``.
+    The backward direction reads each sentence right to left; both directions run together, on
+    inputs reversed within each sentence's length. Layer ``k``'s output is ``[forward_h; backward_h]``.
     """
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
-        residual = [config.use_skip_connections and k > 0 for k in range(config.n_layers)]
-        self.forward_layers = nn.ModuleList(ElmoLstmLayer(config, r) for r in residual)
-        self.backward_layers = nn.ModuleList(ElmoLstmLayer(config, r) for r in residual)
+        self.layers = nn.ModuleList(
+            ElmoBiLstmLayer(config, residual=config.use_skip_connections and k > 0) for k in range(config.n_layers)
+        )
 
     def forward(
         self,
         token_embeddings: torch.Tensor,
         lengths: torch.Tensor,
-        initial_states: list[list[LstmState]],
-    ) -> tuple[list[torch.Tensor], list[list[LstmState]]]:
-        """Run both stacks.
+        initial_states: list[LstmState],
+    ) -> tuple[list[torch.Tensor], list[LstmState]]:
+        """Run both directions of every layer.
 
         Args:
             token_embeddings: ``(B, T, P)``, zero past each sequence's end.
             lengths: ``(B,)`` steps per sequence, each at least 1.
-            initial_states: ``[direction][layer] -> (h (B, P), c (B, D))``, direction 0 forward.
+            initial_states: per layer, ``(h (2, B, P), c (2, B, D))``, index 0 forward.
 
         Returns:
             The ``n_layers`` outputs, each ``(B, T, 2P)``, and the final states (same layout as
-            ``initial_states``): after each sequence's last word for the forward stack, after its
-            first word for the backward stack.
+            ``initial_states``): after each sequence's last step for the forward direction, after
+            its first for the backward one.
         """
         # Sort longest first, so the rows still running at any step are a prefix of the batch.
         sorted_lengths, order = lengths.sort(descending=True)
@@ -199,19 +210,14 @@ class ElmoBiLm(nn.Module):
         batch_sizes = [sum(1 for n in step_lengths if n > t) for t in range(token_embeddings.shape[1])]
 
         x = token_embeddings.index_select(0, order)
-        directions = []
-        final_states = []
-        for d, layers in enumerate((self.forward_layers, self.backward_layers)):
-            inputs = x if d == 0 else _reverse_padded(x, sorted_lengths)
-            outputs, states = [], []
-            for layer, (h, c) in zip(layers, initial_states[d], strict=True):
-                inputs, h, c = layer(inputs, h.index_select(0, order), c.index_select(0, order), batch_sizes)
-                outputs.append(inputs if d == 0 else _reverse_padded(inputs, sorted_lengths))
-                states.append((h.index_select(0, restore), c.index_select(0, restore)))
-            directions.append(outputs)
-            final_states.append(states)
-        layers_out = [torch.cat([f, b], dim=-1).index_select(0, restore) for f, b in zip(*directions, strict=True)]
-        return layers_out, final_states
+        inputs = torch.stack([x, _reverse_padded(x, sorted_lengths)])  # (2, B, T, P)
+        outputs, final_states = [], []
+        for layer, (h, c) in zip(self.layers, initial_states, strict=True):
+            inputs, h, c = layer(inputs, h.index_select(1, order), c.index_select(1, order), batch_sizes)
+            forward, backward = inputs[0], _reverse_padded(inputs[1], sorted_lengths)
+            outputs.append(torch.cat([forward, backward], dim=-1).index_select(0, restore))
+            final_states.append((h.index_select(1, restore), c.index_select(1, restore)))
+        return outputs, final_states
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,13 +301,17 @@ class ElmoPreTrainedModel(PreTrainedModel):
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
-    _no_split_modules = ["ElmoLstmLayer", "ElmoCharacterEncoder"]
+    _no_split_modules = ["ElmoBiLstmLayer", "ElmoCharacterEncoder"]
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, ElmoScalarMix):
             init.zeros_(module.scalar_parameters)
             init.ones_(module.gamma)
+        elif isinstance(module, ElmoBiLstmLayer):
+            for param in (module.input_kernel, module.state_kernel, module.projection):
+                init.normal_(param, mean=0.0, std=self.config.initializer_range)
+            init.zeros_(module.bias)
         else:
             super()._init_weights(module)
 
@@ -327,7 +337,7 @@ class ElmoModel(ElmoPreTrainedModel):
             ElmoScalarMix(config.n_layers + 1, config.scalar_mix_layer_norm, config.elmo_dropout)
             for _ in range(config.num_output_representations)
         )
-        self._states: list[list[LstmState]] | None = None  # stateful mode: [direction][layer], (rows, ...)
+        self._states: list[LstmState] | None = None  # stateful mode: per layer, (2, rows, size)
         self.register_buffer("_boundary_ids", self._make_boundary_ids(config), persistent=False)
         self.post_init()
 
@@ -446,39 +456,37 @@ class ElmoModel(ElmoPreTrainedModel):
         ids[torch.arange(rows, device=ids.device), lengths + 1] = eos
         return ids, lengths + 2
 
-    def _initial_states(self, rows: torch.Tensor, like: torch.Tensor) -> list[list[LstmState]]:
+    def _initial_states(self, rows: torch.Tensor, like: torch.Tensor) -> list[LstmState]:
         n, cfg = rows.numel(), self.config
-        zeros = [[(like.new_zeros(n, cfg.projection_dim), like.new_zeros(n, cfg.lstm_dim))] * cfg.n_layers] * 2
         if not cfg.stateful or self._states is None:
-            return zeros
-        stored = self._states[0][0][0].shape[0]
-        if stored <= int(rows.max()):  # the batch grew: new rows start from zero
-            self._grow_states(int(rows.max()) + 1)
-        return [
-            [(h.to(like).index_select(0, rows), c.to(like).index_select(0, rows)) for h, c in layers]
-            for layers in self._states
-        ]
+            zeros = (like.new_zeros(2, n, cfg.projection_dim), like.new_zeros(2, n, cfg.lstm_dim))
+            return [zeros] * cfg.n_layers
+        needed = int(rows.max()) + 1
+        if self._states[0][0].shape[1] < needed:  # the batch grew: new rows start from zero
+            self._states = [(_pad_rows(h, needed), _pad_rows(c, needed)) for h, c in self._states]
+        return [(h.to(like).index_select(1, rows), c.to(like).index_select(1, rows)) for h, c in self._states]
 
-    def _grow_states(self, size: int) -> None:
-        self._states = [
-            [(F.pad(h, (0, 0, 0, size - h.shape[0])), F.pad(c, (0, 0, 0, size - c.shape[0]))) for h, c in layers]
-            for layers in self._states
-        ]
-
-    def _store_states(self, rows: torch.Tensor, states: list[list[LstmState]]) -> None:
-        states = [[(h.detach(), c.detach()) for h, c in layers] for layers in states]
-        size = int(rows.max()) + 1
+    def _store_states(self, rows: torch.Tensor, states: list[LstmState]) -> None:
         if self._states is None:
-            self._states = [
-                [(h.new_zeros(size, h.shape[1]), c.new_zeros(size, c.shape[1])) for h, c in layers] for layers in states
-            ]
+            size = int(rows.max()) + 1
+            self._states = [(_pad_rows(h[:, :0], size), _pad_rows(c[:, :0], size)) for h, c in states]
         self._states = [
-            [
-                (old_h.index_copy(0, rows, h), old_c.index_copy(0, rows, c))
-                for (old_h, old_c), (h, c) in zip(old, new, strict=True)
-            ]
-            for old, new in zip(self._states, states, strict=True)
+            (old_h.to(h).index_copy(1, rows, h.detach()), old_c.to(c).index_copy(1, rows, c.detach()))
+            for (old_h, old_c), (h, c) in zip(self._states, states, strict=True)
         ]
 
 
-__all__ = ["ElmoModel", "ElmoPreTrainedModel", "ElmoModelOutput", "ElmoScalarMix", "ElmoCharacterEncoder", "ElmoBiLm"]
+def _pad_rows(state: torch.Tensor, rows: int) -> torch.Tensor:
+    """Extend a ``(2, n, size)`` state with zero rows to ``(2, rows, size)``."""
+    return F.pad(state, (0, 0, 0, rows - state.shape[1]))
+
+
+__all__ = [
+    "ElmoBiLm",
+    "ElmoBiLstmLayer",
+    "ElmoCharacterEncoder",
+    "ElmoModel",
+    "ElmoModelOutput",
+    "ElmoPreTrainedModel",
+    "ElmoScalarMix",
+]

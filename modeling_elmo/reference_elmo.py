@@ -16,14 +16,14 @@ from .characters import begin_of_sentence_ids, end_of_sentence_ids
 ReferenceState = list[list[tuple[torch.Tensor, torch.Tensor]]]
 
 
-def _lstm_weights(layer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``W_0 (2P, 4D)``, ``B (4D,)`` and ``W_P (D, P)`` in the original layout."""
-    w0 = torch.cat([layer.input_linear.weight, layer.state_linear.weight], dim=1).t()
-    return w0, layer.input_linear.bias, layer.state_projection.weight.t()
+def _lstm_weights(layer, direction: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``W_0 (2P, 4D)``, ``B (4D,)`` and ``W_P (D, P)`` of one direction, in the original layout."""
+    w0 = torch.cat([layer.input_kernel[direction], layer.state_kernel[direction]], dim=0)
+    return w0, layer.bias[direction], layer.projection[direction]
 
 
-def _lstm_step(layer, x, h, c):
-    w0, b, wp = _lstm_weights(layer)
+def _lstm_step(layer, direction, x, h, c):
+    w0, b, wp = _lstm_weights(layer, direction)
     gates = torch.cat([x, h]) @ w0 + b
     i, j, f, o = gates.chunk(4)
     c = torch.sigmoid(f + 1.0) * c + torch.sigmoid(i) * torch.tanh(j)
@@ -63,14 +63,14 @@ def reference_forward(
 
     final: ReferenceState = [[], []]
     per_direction = []
-    for d, layers in enumerate((model.bilm.forward_layers, model.bilm.backward_layers)):
+    for d in range(2):  # forward, then backward (reading the sentence reversed)
         inputs = tokens if d == 0 else tokens[::-1]
         outputs = []
-        for k, layer in enumerate(layers):
+        for k, layer in enumerate(model.bilm.layers):
             h, c = state[d][k]
             layer_out = []
             for x in inputs:
-                h, c = _lstm_step(layer, x, h, c)
+                h, c = _lstm_step(layer, d, x, h, c)
                 layer_out.append(h + x if layer.residual else h)
             final[d].append((h, c))
             inputs = layer_out

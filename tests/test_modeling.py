@@ -337,7 +337,7 @@ def test_gradient_checkpointing_gives_the_same_gradients():
         model = tiny_model(elmo_dropout=0.0).train()
         if checkpointing:
             model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            assert all(layer.gradient_checkpointing for layer in model.bilm.forward_layers)
+            assert all(layer.gradient_checkpointing for layer in model.bilm.layers)
         model(**encode(SENTENCES)).elmo.pow(2).sum().backward()
         return {n: p.grad for n, p in model.named_parameters()}
 
