@@ -318,7 +318,7 @@ class ElmoSoftmax(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        # As the original: weights N(0, 1/P), so initial logits have unit variance for unit-variance inputs.
+        # Weights N(0, 1/P): initial logits of unit variance for unit-variance inputs. Pretrained weights replace them.
         nn.init.normal_(self.weight, std=1.0 / math.sqrt(self.hidden_size))
         nn.init.zeros_(self.bias)
 
