@@ -169,6 +169,11 @@ def convert(
         raise ConversionError(f"output_dir {output_dir} exists and is not a folder")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
         raise ConversionError(f"output_dir {output_dir} exists and is not empty (pass --overwrite to replace it)")
+    for parent in output_dir.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConversionError(f"cannot create output_dir {output_dir}: {parent} is a file")
+            break
 
     try:
         config = ElmoConfig.from_options(options_file)
@@ -221,6 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (FileNotFoundError, ConversionError) as err:
         print(f"error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:  # writing failed: permissions, disk full...; nothing was left behind
+        print(f"error: could not write {args.output_dir}: {err}", file=sys.stderr)
         return 1
     print(f"Converted to {out}")
     return 0

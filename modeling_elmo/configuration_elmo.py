@@ -149,7 +149,7 @@ def options_to_config_kwargs(options: dict[str, Any]) -> dict[str, Any]:
 
     def need(section: dict, key: str, where: str):
         if not isinstance(section, dict) or key not in section:
-            raise ValueError(f"options.json is missing required key {where}{key!r}")
+            raise ValueError(f"options.json is missing required key {where}{key}")
         return section[key]
 
     lstm = need(options, "lstm", "")

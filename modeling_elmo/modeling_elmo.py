@@ -17,19 +17,22 @@ D = lstm_dim, T = W + 2 (words plus the sentence boundaries the model adds).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple
 
-from .characters import NUM_CHARACTERS, begin_of_sentence_ids, end_of_sentence_ids
+from .characters import NUM_CHARACTERS, PADDING_CHAR, begin_of_sentence_ids, end_of_sentence_ids, word_to_char_ids
 from .configuration_elmo import ElmoConfig
+
+PADDING_ID = PADDING_CHAR + 1  # the padding mark after the +1 shift of all character ids
 
 # One layer's recurrent state, both directions: (projected output h (2, n, P), cell c (2, n, D)).
 LstmState = tuple[torch.Tensor, torch.Tensor]
@@ -73,10 +76,24 @@ class ElmoCharacterEncoder(nn.Module):
         self.projection = nn.Linear(config.n_filters, config.projection_dim)
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        batch_shape = char_ids.shape[:-1]
-        chars = self.char_embedding(char_ids.reshape(-1, char_ids.shape[-1])).transpose(1, 2)  # (N, char_dim, C)
-        # Max over positions first: relu and tanh are monotonic, so this equals the original's order.
-        features = [self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions]
+        batch_shape, chars = char_ids.shape[:-1], char_ids.shape[-1]
+        char_ids = char_ids.reshape(-1, chars)
+        # Words are far shorter than C: positions past the longest word hold only the padding mark,
+        # and every window made only of padding has the same value. Convolve up to the longest word
+        # and let that one value stand in for the windows past it (the result is the same).
+        span = int(char_ids.ne(PADDING_ID).sum(dim=-1).max()) if char_ids.numel() else chars
+        widest = max(conv.kernel_size[0] for conv in self.convolutions)
+        embedded = self.char_embedding(char_ids[:, : min(chars, span + widest - 1)]).transpose(1, 2)  # (N, dim, C')
+        features = []
+        for conv in self.convolutions:
+            width = conv.kernel_size[0]
+            keep = min(chars, span + width - 1)
+            feature = conv(embedded[:, :, :keep]).amax(dim=-1)  # (N, count)
+            if keep < chars:
+                padding_only = self.char_embedding.weight[PADDING_ID].unsqueeze(-1).expand(-1, width)
+                feature = torch.maximum(feature, conv(padding_only.unsqueeze(0))[0, :, 0])
+            # Max over positions first: relu and tanh are monotonic, so this equals the original's order.
+            features.append(self.activation(feature))
         x = torch.cat(features, dim=-1)  # (N, n_filters)
         for highway in self.highways:
             x = highway(x)
@@ -338,6 +355,8 @@ class ElmoModel(ElmoPreTrainedModel):
             for _ in range(config.num_output_representations)
         )
         self._states: list[LstmState] | None = None  # stateful mode: per layer, (2, rows, size)
+        self._token_cache: dict[bytes, int] | None = None  # character row -> row of _token_cache_vectors
+        self._token_cache_vectors: torch.Tensor | None = None
         self.register_buffer("_boundary_ids", self._make_boundary_ids(config), persistent=False)
         self.post_init()
 
@@ -357,6 +376,59 @@ class ElmoModel(ElmoPreTrainedModel):
     def reset_states(self) -> None:
         """Forget the LSTM states carried between calls in stateful mode."""
         self._states = None
+
+    def embed_words(self, char_ids: torch.Tensor) -> torch.Tensor:
+        """Layer 0 (without the ``[x; x]`` doubling) of words given as character ids ``(N, C)``: ``(N, P)``.
+
+        Each distinct word is encoded once; words in the token cache (see [`build_token_cache`]) are
+        looked up instead, unless the character encoder is being trained.
+        """
+        unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
+        cache = self._token_cache
+        trainable = torch.is_grad_enabled() and any(p.requires_grad for p in self.char_cnn.parameters())
+        if cache is None or trainable or unique.shape[0] == 0:
+            return self.char_cnn(unique)[inverse]
+        keys = unique.to(torch.int16).cpu().numpy()
+        slots = torch.tensor([cache.get(row.tobytes(), -1) for row in keys], device=unique.device)
+        cached = self._token_cache_vectors.to(device=unique.device, dtype=self.dtype)
+        vectors = cached.index_select(0, slots.clamp(min=0))
+        missing = slots.lt(0).nonzero().squeeze(1)
+        if missing.numel():
+            vectors[missing] = self.char_cnn(unique.index_select(0, missing))
+        return vectors[inverse]
+
+    @torch.no_grad()
+    def build_token_cache(self, words: Iterable[str], batch_size: int = 2048, progress: bool = True) -> int:
+        """Precompute layer 0 for a vocabulary, as the original's cached-vocabulary mode does.
+
+        Later calls look these words up instead of running the character CNN on them; other words
+        still go through the CNN, so outputs do not change. The cache is not saved with the model;
+        it is ignored while the character encoder is being trained (its weights would change).
+
+        Args:
+            words: e.g. ``tokenizer.get_vocab()`` or the lines of a bilm-tf vocabulary file.
+            batch_size: words per character-CNN call.
+            progress: show a progress bar.
+
+        Returns:
+            The number of distinct words cached.
+        """
+        chars = self.config.max_characters_per_token
+        rows = {bytes(torch.tensor(word_to_char_ids(w, chars), dtype=torch.int16).numpy()): None for w in words}
+        keys = list(rows)
+        vectors = []
+        for start in tqdm(range(0, len(keys), batch_size), desc="Caching word vectors", disable=not progress):
+            chunk = [torch.frombuffer(bytearray(k), dtype=torch.int16) for k in keys[start : start + batch_size]]
+            vectors.append(self.char_cnn(torch.stack(chunk).long().to(self.device)))
+        self._token_cache = {key: index for index, key in enumerate(keys)}
+        self._token_cache_vectors = torch.cat(vectors) if vectors else None
+        if not vectors:
+            self._token_cache = None
+        return len(keys)
+
+    def clear_token_cache(self) -> None:
+        """Drop the cache of [`build_token_cache`]."""
+        self._token_cache = self._token_cache_vectors = None
 
     def mix_l2_penalty(self) -> torch.Tensor:
         """``scalar_mix_l2_coef * sum ||w||^2`` over the mixes, for a head to add to its loss."""
@@ -407,7 +479,7 @@ class ElmoModel(ElmoPreTrainedModel):
         ids, steps = self._add_boundaries(input_ids.index_select(0, rows), mask.index_select(0, rows))
         present = ids.ne(0).any(dim=-1)
         tokens = ids.new_zeros((*present.shape, self.config.projection_dim), dtype=self.dtype)
-        tokens[present] = self.char_cnn(ids[present])
+        tokens[present] = self.embed_words(ids[present])
 
         layers, states = self.bilm(tokens, steps, self._initial_states(rows, tokens))
         if self.config.stateful:
