@@ -12,7 +12,8 @@ Builds random-weight models at the released sizes and times, in one run, interle
 
 It prints words/s (median over repeats), the speedup of each path over ``common``, the largest
 difference of each path's top layer to ``fast``, and the peak memory of one forward pass, measured
-in a child process (RSS high-water mark growth on CPU, ``max_memory_allocated`` on CUDA).
+in a child process (growth of the resident set over its level before the call, sampled every
+millisecond, on CPU; ``max_memory_allocated`` on CUDA), after one warm-up call.
 
     python benchmarks/bench_inference.py                          # original size, batch 32, 2 threads
     python benchmarks/bench_inference.py --sizes small medium original --batch-sizes 8 32 64
@@ -22,12 +23,14 @@ in a child process (RSS high-water mark growth on CPU, ``max_memory_allocated`` 
 from __future__ import annotations
 
 import argparse
+import gc
 import multiprocessing as mp
 import platform
 import random
 import resource
 import statistics
 import string
+import threading
 import time
 
 import torch
@@ -160,20 +163,33 @@ def build_model(size: str, device: str, cache_vocab: list[str] | None = None) ->
     return model
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
 def _peak_memory_child(queue, size, device, path, batch, args, vocab):
     torch.set_num_threads(args.threads)
     model = build_model(size, device, vocab if path == "fast+cache" else None)
     ids, mask = make_batch(batch, args.min_words, args.max_words, vocab, seed=1)
     ids, mask = ids.to(device), mask.to(device)
+    run_path(path, model, ids, mask)  # warm-up: allocator pools and caches settle
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
         run_path(path, model, ids, mask)
         queue.put((torch.cuda.max_memory_allocated() - base) / 2**20)
         return
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    run_path(path, model, ids, mask)
-    queue.put((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+    # RSS sampled every millisecond while the forward pass runs in another thread.
+    gc.collect()
+    base = _rss_mib()
+    worker = threading.Thread(target=run_path, args=(path, model, ids, mask))
+    peak = base
+    worker.start()
+    while worker.is_alive():
+        peak = max(peak, _rss_mib())
+        time.sleep(0.001)
+    queue.put(peak - base)
 
 
 def peak_memory_mib(size, device, path, batch, args, vocab) -> float:

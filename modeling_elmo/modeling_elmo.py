@@ -143,43 +143,46 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         c: torch.Tensor,
         batch_sizes: Sequence[int],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Run both directions over a batch sorted by length, longest first.
+        """Run both directions over packed sequences (rows sorted by length, longest first).
 
         Args:
-            inputs: ``(2, B, T, P)``: the forward direction's input and the backward direction's,
-                the latter already reversed within each sequence's length; zero past each end.
+            inputs: ``(2, N, P)``, the ``N`` valid steps of the batch packed time-major: step 0 of
+                every row, then step 1 of the rows still running, ... (as ``PackedSequence``).
+                Index 0 is the forward direction's input, 1 the backward direction's (sequences
+                already reversed within their lengths).
             h, c: initial states ``(2, B, P)`` and ``(2, B, D)``.
-            batch_sizes: for each step ``t``, how many rows are still running (non-increasing).
+            batch_sizes: rows running at each step (non-increasing, summing to ``N``).
 
         Returns:
-            ``outputs (2, B, T, P)`` (zero past each end; the backward one still reversed), and the
-            states after each row's last step, ``h (2, B, P)`` and ``c (2, B, D)``.
+            ``outputs (2, N, P)`` packed like ``inputs``, and the states after each row's last
+            step, ``h (2, B, P)`` and ``c (2, B, D)``.
         """
-        _, batch, steps, width = inputs.shape
         d = self.projection.shape[1]
         # The forget bias, added once for all steps instead of once per step.
         bias = self.bias + F.pad(self.bias.new_ones(d), (2 * d, d))
-        input_gates = torch.baddbmm(bias.unsqueeze(1), inputs.reshape(2, -1, width), self.input_kernel)
-        input_gates = input_gates.view(2, batch, steps, 4 * d)
-        outputs = []
-        for t in range(steps):
-            n = batch_sizes[t]
-            gates = torch.baddbmm(input_gates[:, :n, t], h[:, :n], self.state_kernel)  # (2, n, 4D)
+        input_gates = torch.baddbmm(bias.unsqueeze(1), inputs, self.input_kernel)  # (2, N, 4D)
+        outputs, ended_h, ended_c = [], [], []
+        offset = 0
+        for n in batch_sizes:
+            if n < h.shape[1]:  # the last rows ended at the previous step: keep their final states
+                ended_h.append(h[:, n:])
+                ended_c.append(c[:, n:])
+                h, c = h[:, :n], c[:, :n]
+            gates = torch.baddbmm(input_gates[:, offset : offset + n], h, self.state_kernel)  # (2, n, 4D)
             i, j, f, o = gates.chunk(4, dim=-1)
-            c_t = torch.sigmoid(f) * c[:, :n] + torch.sigmoid(i) * torch.tanh(j)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
             if self.cell_clip is not None:
-                c_t = c_t.clamp(-self.cell_clip, self.cell_clip)
-            h_t = torch.bmm(torch.sigmoid(o) * torch.tanh(c_t), self.projection)
+                c = c.clamp(-self.cell_clip, self.cell_clip)
+            h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), self.projection)
             if self.proj_clip is not None:
-                h_t = h_t.clamp(-self.proj_clip, self.proj_clip)
-            # Finished rows keep their last state (rows are sorted, so they are the tail).
-            h = h_t if n == batch else torch.cat([h_t, h[:, n:]], dim=1)
-            c = c_t if n == batch else torch.cat([c_t, c[:, n:]], dim=1)
-            outputs.append(F.pad(h_t, (0, 0, 0, batch - n)))
-        output = torch.stack(outputs, dim=2) if outputs else torch.zeros_like(inputs)
+                h = h.clamp(-self.proj_clip, self.proj_clip)
+            outputs.append(h)
+            offset += n
+        output = torch.cat(outputs, dim=1) if outputs else torch.zeros_like(inputs)
         if self.residual:
             output = output + inputs
-        return output, h, c
+        # Rows that ended last come first: the batch is sorted by length.
+        return output, torch.cat([h, *ended_h[::-1]], dim=1), torch.cat([c, *ended_c[::-1]], dim=1)
 
 
 def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -220,18 +223,25 @@ class ElmoBiLm(nn.Module):
             ``initial_states``): after each sequence's last step for the forward direction, after
             its first for the backward one.
         """
-        # Sort longest first, so the rows still running at any step are a prefix of the batch.
+        # Sort longest first, so the rows still running at any step are a prefix of the batch, and
+        # pack the valid steps time-major: each step's rows are then one contiguous block.
+        batch, steps, width = token_embeddings.shape
         sorted_lengths, order = lengths.sort(descending=True)
         restore = order.argsort()
-        step_lengths = sorted_lengths.tolist()
-        batch_sizes = [sum(1 for n in step_lengths if n > t) for t in range(token_embeddings.shape[1])]
+        valid = torch.arange(steps, device=lengths.device) < sorted_lengths.unsqueeze(1)  # (B, T)
+        step_index, row_index = valid.t().nonzero(as_tuple=True)
+        packed_index = row_index * steps + step_index  # (N,) into the flattened (B * T)
+        batch_sizes = [n for n in valid.sum(dim=0).tolist() if n > 0]
 
         x = token_embeddings.index_select(0, order)
-        inputs = torch.stack([x, _reverse_padded(x, sorted_lengths)])  # (2, B, T, P)
+        both = torch.stack([x, _reverse_padded(x, sorted_lengths)])  # (2, B, T, P)
+        inputs = both.reshape(2, batch * steps, width).index_select(1, packed_index)  # (2, N, P)
         outputs, final_states = [], []
         for layer, (h, c) in zip(self.layers, initial_states, strict=True):
             inputs, h, c = layer(inputs, h.index_select(1, order), c.index_select(1, order), batch_sizes)
-            forward, backward = inputs[0], _reverse_padded(inputs[1], sorted_lengths)
+            full = inputs.new_zeros(2, batch * steps, width).index_copy(1, packed_index, inputs)
+            full = full.view(2, batch, steps, width)
+            forward, backward = full[0], _reverse_padded(full[1], sorted_lengths)
             outputs.append(torch.cat([forward, backward], dim=-1).index_select(0, restore))
             final_states.append((h.index_select(1, restore), c.index_select(1, restore)))
         return outputs, final_states
