@@ -1,0 +1,117 @@
+"""Embed a corpus of any size with bounded memory: length-bucketed batches, results in input order.
+
+    from modeling_elmo import ElmoModel, ElmoTokenizer
+    from modeling_elmo.embedding_elmo import embed_corpus
+
+    for index, layers in embed_corpus(model, tokenizer, open("corpus.txt")):
+        ...  # layers: (L + 1, words, 2P) numpy array of sentence `index`
+
+Sentences are read ``chunk_size`` at a time; each chunk is sorted by length and cut into batches of
+at most ``batch_size`` sentences and ``max_batch_words`` padded word slots, so that sentences of
+similar length share a batch and little work is wasted on padding. Results come back in input
+order. At most one chunk of sentences and one batch of activations are held at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+OUTPUTS = ("layers", "elmo", "mean")
+
+
+def _batches(lengths: list[int], batch_size: int, max_batch_words: int) -> Iterator[list[int]]:
+    """Indices into ``lengths``, sorted by length, cut into batches under both limits."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batch: list[int] = []
+    for i in order:
+        longest = max(lengths[i], 1)  # sorted ascending: the newcomer is the longest
+        if batch and (len(batch) == batch_size or (len(batch) + 1) * longest > max_batch_words):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
+@torch.inference_mode()
+def embed_corpus(
+    model,
+    tokenizer,
+    sentences: Iterable[str | list[str]],
+    output: str = "layers",
+    batch_size: int = 32,
+    max_batch_words: int = 2048,
+    chunk_size: int = 4096,
+    is_split_into_words: bool | None = None,
+    progress: bool = True,
+    total: int | None = None,
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Yield ``(index, array)`` for every sentence, in input order.
+
+    Args:
+        model: an [`ElmoModel`] (put it in eval mode and on its device first).
+        tokenizer: its [`ElmoTokenizer`].
+        sentences: raw text lines (split by the tokenizer) or lists of words. Lines are stripped;
+            an empty line is a sentence of zero words.
+        output: ``"layers"``: ``(L + 1, words, 2P)``, all biLM layers (the original's
+            "dump biLM embeddings" layout); ``"elmo"``: ``(words, 2P)``, the model's first scalar
+            mix; ``"mean"``: ``(2P,)``, the mask-aware mean of the ELMo vectors over the words
+            (TF-Hub's ``default`` sentence vector; zeros for an empty sentence).
+        batch_size: most sentences per batch.
+        max_batch_words: most padded word slots (sentences x longest sentence) per batch; a
+            longer sentence runs alone.
+        chunk_size: sentences read ahead and sorted by length together.
+        is_split_into_words: whether items are word lists; guessed from the first item if ``None``.
+        progress: show a progress bar (sentences).
+        total: the number of sentences, for the progress bar, when ``sentences`` has no ``len``.
+    """
+    if output not in OUTPUTS:
+        raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+    if output != "layers" and not model.config.num_output_representations:
+        raise ValueError(f"output={output!r} needs a scalar mix; the model has num_output_representations=0")
+    for name, value in (("batch_size", batch_size), ("max_batch_words", max_batch_words), ("chunk_size", chunk_size)):
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    if total is None and hasattr(sentences, "__len__"):
+        total = len(sentences)
+    device = model.device
+    bar = tqdm(total=total, unit="sent", desc="Embedding", disable=not progress)
+    iterator = iter(sentences)
+    start = 0
+    try:
+        while True:
+            chunk = [item for _, item in zip(range(chunk_size), iterator, strict=False)]
+            if not chunk:
+                return
+            if is_split_into_words is None:
+                is_split_into_words = not isinstance(chunk[0], str)
+            if not is_split_into_words:
+                chunk = [line.strip() for line in chunk]
+            words = [tokenizer(item, is_split_into_words=is_split_into_words)["input_ids"] for item in chunk]
+            results: list[np.ndarray | None] = [None] * len(chunk)
+            for batch in _batches([len(w) for w in words], batch_size, max_batch_words):
+                encoded = tokenizer.pad({"input_ids": [words[i] for i in batch]}, return_tensors="pt")
+                inputs = {k: v.to(device) for k, v in encoded.items()}
+                out = model(**inputs, output_hidden_states=output == "layers")
+                for row, i in enumerate(batch):
+                    n = len(words[i])
+                    if output == "layers":
+                        value = torch.stack([layer[row, :n] for layer in out.hidden_states])
+                    elif output == "elmo":
+                        value = out.elmo[row, :n]
+                    else:
+                        value = out.elmo[row, :n].mean(dim=0) if n else out.elmo.new_zeros(out.elmo.shape[-1])
+                    results[i] = value.float().cpu().numpy()
+                bar.update(len(batch))
+            for offset, value in enumerate(results):
+                yield start + offset, value
+            start += len(chunk)
+    finally:
+        bar.close()
+
+
+__all__ = ["embed_corpus"]

@@ -1,0 +1,182 @@
+"""The fast inference path against plain ones: the step-by-step reference biLM, a full-width
+character CNN, the word-vector cache, the corpus streamer, and the benchmark script (smoke run)."""
+
+from __future__ import annotations
+
+import random
+import string
+import sys
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from modeling_elmo.characters import word_to_char_ids
+from modeling_elmo.embedding_elmo import embed_corpus
+from modeling_elmo.reference_elmo import reference_forward
+
+REPO = Path(__file__).resolve().parent.parent
+TOKENIZER = ElmoTokenizer()
+
+SIZES = {
+    "narrow": dict(lstm_dim=24, projection_dim=8, char_cnn_filters=[[1, 4], [2, 8]], n_highway=0),
+    "wide-filters": dict(
+        lstm_dim=48, projection_dim=12, char_cnn_filters=[[1, 4], [3, 8], [5, 8], [7, 16]], n_highway=2
+    ),
+    "three-layers": dict(lstm_dim=32, projection_dim=16, n_layers=3, char_cnn_filters=[[2, 6], [4, 6]], n_highway=1),
+}
+
+
+def random_words(rng: random.Random, n: int) -> list[str]:
+    alphabet = string.ascii_letters + "éß中🙂.,'-"
+    return ["".join(rng.choices(alphabet, k=rng.choice([1, 2, 5, 9, 30, 60]))) for _ in range(n)]
+
+
+def make_model(size: str, seed: int = 0, **overrides) -> ElmoModel:
+    torch.manual_seed(seed)
+    kwargs = dict(SIZES[size], char_embedding_dim=4, initializer_range=0.3, cell_clip=1.0, proj_clip=0.5)
+    kwargs.update(overrides)
+    return ElmoModel(ElmoConfig(**kwargs)).eval()
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"cell_clip": None, "proj_clip": None}, {"use_skip_connections": False}],
+    ids=["clip", "noclip", "noskip"],
+)
+def test_fast_path_equals_step_by_step_reference(size, overrides):
+    model = make_model(size, **overrides)
+    rng = random.Random(hash((size, str(overrides))) % 1000)
+    sentences = [random_words(rng, rng.randint(1, 14)) for _ in range(7)]
+    enc = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    enc = {k: F.pad(v, (0, 0, 0, 3) if k == "input_ids" else (0, 3)) for k, v in enc.items()}  # extra padding
+    with torch.no_grad():
+        layers = model(**enc, output_hidden_states=True).hidden_states
+    for b, words in enumerate(sentences):
+        expected, _ = reference_forward(model, enc["input_ids"][b, : len(words)])
+        got = torch.stack([layer[b, : len(words)] for layer in layers])
+        assert (got - expected).abs().max() <= 1e-5
+        assert all(torch.all(layer[b, len(words) :] == 0) for layer in layers)
+
+
+def full_width_char_cnn(encoder, char_ids: torch.Tensor) -> torch.Tensor:
+    """The character CNN as written: every convolution over all C positions."""
+    x = encoder.char_embedding(char_ids).transpose(1, 2)
+    x = torch.cat([encoder.activation(conv(x)).amax(dim=-1) for conv in encoder.convolutions], dim=-1)
+    for highway in encoder.highways:
+        x = highway(x)
+    return encoder.projection(x)
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_char_cnn_shortcut_equals_full_width_convolution(activation):
+    model = make_model("wide-filters", char_cnn_activation=activation)
+    rng = random.Random(1)
+    words = random_words(rng, 40) + ["x" * 48, "y" * 47, "€" * 20, "a", "<S>", "</S>"]
+    for group in ([w for w in words if len(w) < 4], words, ["z" * 60]):  # short-only, mixed, full-width
+        ids = torch.tensor([word_to_char_ids(w) for w in group])
+        with torch.no_grad():
+            fast, plain = model.char_cnn(ids), full_width_char_cnn(model.char_cnn, ids)
+        assert (fast - plain).abs().max() <= 1e-6
+
+
+def test_char_cnn_shortcut_passes_gradients_like_the_full_convolution():
+    model = make_model("wide-filters")
+    ids = torch.tensor([word_to_char_ids(w) for w in ["a", "bc", "def"]])
+    model.char_cnn(ids).sum().backward()
+    fast = {n: p.grad.clone() for n, p in model.char_cnn.named_parameters()}
+    model.zero_grad()
+    full_width_char_cnn(model.char_cnn, ids).sum().backward()
+    for name, param in model.char_cnn.named_parameters():
+        torch.testing.assert_close(fast[name], param.grad, atol=1e-5, rtol=1e-5)
+
+
+def test_token_cache_gives_the_same_outputs_and_falls_back_for_unknown_words():
+    model = make_model("narrow")
+    sentences = [["the", "cat", "sat"], ["an", "unknown", "word", "the"]]
+    enc = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        before = model(**enc, output_hidden_states=True).hidden_states
+    assert model.build_token_cache(["the", "cat", "sat", "an", "the"], progress=False) == 4
+    with torch.no_grad():
+        after = model(**enc, output_hidden_states=True).hidden_states
+    for x, y in zip(before, after, strict=True):
+        assert (x - y).abs().max() <= 1e-6
+    # A stale cache is never used while the character CNN trains.
+    with torch.no_grad():
+        model._token_cache_vectors.fill_(123.0)
+        poisoned = model(**enc, output_hidden_states=True).hidden_states[0]
+    assert poisoned.abs().max() >= 123.0  # the cache is really used in inference
+    model.train()
+    model.config.elmo_dropout = 0.0
+    trained = model(**enc, output_hidden_states=True).hidden_states[0]
+    assert (trained - before[0]).abs().max() <= 1e-6
+    trained.sum().backward()
+    assert model.char_cnn.projection.weight.grad is not None
+    model.clear_token_cache()
+    assert model._token_cache is None
+
+
+def test_embed_corpus_matches_the_model_in_input_order():
+    model = make_model("narrow")
+    rng = random.Random(3)
+    lines = [" ".join(random_words(rng, rng.randint(0, 12))) for _ in range(23)]
+    enc = TOKENIZER(lines, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**enc, output_hidden_states=True)
+    got = list(embed_corpus(model, TOKENIZER, lines, batch_size=4, max_batch_words=20, chunk_size=7, progress=False))
+    assert [i for i, _ in got] == list(range(len(lines)))
+    for i, layers in got:
+        n = int(enc["attention_mask"][i].sum())
+        expected = torch.stack([h[i, :n] for h in out.hidden_states]).numpy()
+        assert layers.shape == expected.shape
+        np.testing.assert_allclose(layers, expected, atol=1e-6)
+    means = dict(embed_corpus(model, TOKENIZER, lines, output="mean", progress=False))
+    for i in range(len(lines)):
+        n = int(enc["attention_mask"][i].sum())
+        expected = out.elmo[i, :n].mean(0).numpy() if n else np.zeros(out.elmo.shape[-1])
+        np.testing.assert_allclose(means[i], expected, atol=1e-6)
+
+
+def test_embed_corpus_holds_one_chunk_at_a_time():
+    """Python-side memory for 4x the sentences stays about the same (nothing accumulates)."""
+    model = make_model("narrow")
+
+    def peak(n):
+        lines = (f"sentence number {i % 50} has {i % 7} words" for i in range(n))  # a closed vocabulary
+        tracemalloc.start()
+        for _ in embed_corpus(model, TOKENIZER, lines, chunk_size=64, progress=False):
+            pass
+        result = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return result
+
+    peak(200)  # warm-up: the tokenizer's word cache fills
+    small, large = peak(200), peak(800)
+    assert large < 1.5 * small
+
+
+def test_embed_corpus_rejects_bad_arguments():
+    model = make_model("narrow")
+    with pytest.raises(ValueError, match="output must be one of"):
+        list(embed_corpus(model, TOKENIZER, ["a"], output="everything"))
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        list(embed_corpus(model, TOKENIZER, ["a"], batch_size=0))
+
+
+def test_benchmark_script_smoke(capsys):
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_inference
+    finally:
+        sys.path.pop(0)
+    bench_inference.main(["--smoke"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny")]
+    assert [row.split("|")[3].strip() for row in rows] == ["common", "fast", "fast+cache", "plain"]
+    for row in rows:
+        assert float(row.split("|")[6]) <= 1e-5  # every path agrees with the fast one
