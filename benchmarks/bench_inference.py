@@ -126,7 +126,7 @@ def common_forward(model: ElmoModel, ids: torch.Tensor, mask: torch.Tensor) -> t
     ids, mask = ids[order], mask[order]
     full, steps = model._add_boundaries(ids, mask.bool())
     n_steps = steps.tolist()
-    tokens = torch.zeros(*full.shape[:2], model.config.projection_dim)
+    tokens = torch.zeros(*full.shape[:2], model.config.projection_dim, device=ids.device)
     present = full.ne(0).any(-1)
     tokens[present] = _common_char_cnn(model, full[present])
     directions = []
@@ -146,7 +146,7 @@ def run_path(name: str, model: ElmoModel, ids: torch.Tensor, mask: torch.Tensor)
     if name == "common":
         return common_forward(model, ids, mask)
     if name == "plain":
-        top = torch.zeros(*ids.shape[:2], 2 * model.config.projection_dim)
+        top = torch.zeros(*ids.shape[:2], 2 * model.config.projection_dim, device=ids.device)
         for b in range(ids.shape[0]):
             n = int(mask[b].sum())
             top[b, :n] = reference_forward(model, ids[b, :n])[0][-1]

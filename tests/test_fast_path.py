@@ -180,3 +180,16 @@ def test_benchmark_script_smoke(capsys):
     assert [row.split("|")[3].strip() for row in rows] == ["common", "fast", "fast+cache", "plain"]
     for row in rows:
         assert float(row.split("|")[6]) <= 1e-5  # every path agrees with the fast one
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CI has none)")
+def test_cuda_matches_cpu():
+    model = make_model("wide-filters")
+    sentences = [["a", "cuda", "test"], ["shorter"], ["the", "longest", "one", "of", "them", "all"]]
+    enc = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        cpu = model(**enc, output_hidden_states=True).hidden_states
+        torch.backends.cuda.matmul.allow_tf32 = False
+        gpu = model.to("cuda")(**{k: v.cuda() for k, v in enc.items()}, output_hidden_states=True).hidden_states
+    for x, y in zip(cpu, gpu, strict=True):
+        assert (x - y.cpu()).abs().max() <= 1e-5
