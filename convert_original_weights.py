@@ -9,8 +9,9 @@ or, installed, ``elmo-convert ...``; from Python, :func:`convert`. The folder ho
 ``model.safetensors`` (float32) and the tokenizer files, and loads with ``ElmoModel.from_pretrained(OUT)``
 and ``ElmoTokenizer.from_pretrained(OUT)`` (or the Auto classes once ``modeling_elmo`` is imported).
 
-The folder is written next to ``OUT`` under a temporary name and renamed at the end, so a failed
-conversion leaves nothing behind.
+The folder is written next to ``OUT`` under a temporary name (``.OUT.partial-PID-*``) and renamed at the end, so
+a failed conversion leaves nothing behind, and a killed one never a half-written ``OUT`` (only the hidden staging
+folder, which the next conversion to ``OUT`` removes).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from modeling_elmo.model_card import write_model_card
 
 
 class ConversionError(ValueError):
@@ -191,17 +193,78 @@ def convert(
     model.load_state_dict(state, strict=True)
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-", dir=output_dir.parent))
+    remove_stale_staging(output_dir)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-{os.getpid()}-", dir=output_dir.parent))
+    replaced = None
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
+        write_model_card(staging, model.config, how_made=_provenance(options_file, weight_file, vocab_file))
+        if output_dir.exists():  # moved aside, not deleted, until the new folder is in place
+            replaced = Path(
+                tempfile.mkdtemp(prefix=f".{output_dir.name}.replaced-{os.getpid()}-", dir=output_dir.parent)
+            )
+            os.replace(output_dir, replaced / output_dir.name)
         os.replace(staging, output_dir)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
+        if replaced is not None and not output_dir.exists():
+            os.replace(replaced / output_dir.name, output_dir)
         raise
+    finally:
+        if replaced is not None and output_dir.exists():
+            shutil.rmtree(replaced, ignore_errors=True)
     return output_dir
+
+
+def _provenance(options_file, weight_file, vocab_file) -> str:
+    """The model card's "How it was made" paragraph for a converted model."""
+    vocab = f", vocabulary `{Path(vocab_file).name}`" if vocab_file is not None else ""
+    return (
+        f"Converted from the original AllenNLP/bilm-tf release (options `{Path(options_file).name}`, weights "
+        f"`{Path(weight_file).name}`{vocab}) with `convert_original_weights.py` of the `modeling_elmo` package, "
+        "in float32, without retraining: the character CNN, highway, projection and LSTM weights are the original "
+        "ones, and the outputs match the original TensorFlow implementation to about 1e-6. The scalar-mix weights "
+        "are new (equal weights, gamma 1), for a task to learn."
+    )
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # someone else's process (or no way to tell): leave its folder alone
+    return True
+
+
+def remove_stale_staging(output_dir: str | os.PathLike) -> list[Path]:
+    """Delete what a killed conversion to ``output_dir`` left next to it; return the folders removed.
+
+    A conversion writes into ``.NAME.partial-PID-*`` and renames it to ``NAME`` only when complete, so
+    ``NAME`` is never half-written; a ``SIGKILL`` can only leave such a hidden staging folder behind.
+    Those of processes that no longer run are removed here (each conversion does this first); a folder
+    ``.NAME.replaced-PID-*`` (a previous ``NAME`` being replaced with ``--overwrite``) only once ``NAME``
+    exists again.
+    """
+    output_dir = Path(output_dir)
+    removed = []
+    if not output_dir.parent.is_dir():
+        return removed
+    prefix = f".{output_dir.name}."
+    for path in output_dir.parent.iterdir():
+        if not path.name.startswith(prefix):
+            continue
+        kind, _, rest = path.name[len(prefix) :].partition("-")
+        pid = rest.partition("-")[0]
+        if kind not in ("partial", "replaced") or not pid.isdigit() or not path.is_dir() or _pid_alive(int(pid)):
+            continue
+        if kind == "replaced" and not output_dir.exists():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -4,7 +4,13 @@ Importing this package registers the classes with the Auto classes, so that
 ``AutoConfig``/``AutoModel``/``AutoTokenizer.from_pretrained`` work on converted checkpoints.
 """
 
-from transformers import AutoConfig, AutoModel, AutoTokenizer
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForPreTraining,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+)
 
 from .characters import word_to_char_ids
 from .configuration_elmo import ElmoConfig
@@ -16,20 +22,33 @@ from .modeling_elmo import (
     ElmoPreTrainedModel,
     ElmoScalarMix,
 )
+from .modeling_elmo_pretraining import ElmoForPreTraining, ElmoForPreTrainingOutput
+from .modeling_elmo_tagging import ElmoForTokenClassification
 from .tokenization_elmo import ElmoTokenizer
 
 AutoConfig.register("elmo", ElmoConfig, exist_ok=True)
 AutoModel.register(ElmoConfig, ElmoModel, exist_ok=True)
+AutoModelForPreTraining.register(ElmoConfig, ElmoForPreTraining, exist_ok=True)
+AutoModelForTokenClassification.register(ElmoConfig, ElmoForTokenClassification, exist_ok=True)
 AutoTokenizer.register(ElmoConfig, fast_tokenizer_class=ElmoTokenizer, exist_ok=True)
+# The tokenizer's save then writes its auto_map and copies its code for trust_remote_code (the config's save
+# does the same for the models: see hub_elmo.py).
+ElmoTokenizer.register_for_auto_class("AutoTokenizer")
+# Registers the task "elmo-token-classification" (a tagger's saved config also names it for "token-classification").
+from .pipelines_elmo import ElmoTokenClassificationPipeline  # noqa: E402
 
 __all__ = [
     "ElmoBiLm",
     "ElmoCharacterEncoder",
     "ElmoConfig",
+    "ElmoForPreTraining",
+    "ElmoForPreTrainingOutput",
+    "ElmoForTokenClassification",
     "ElmoModel",
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
     "ElmoScalarMix",
+    "ElmoTokenClassificationPipeline",
     "ElmoTokenizer",
     "word_to_char_ids",
 ]

@@ -10,8 +10,12 @@ from typing import Any
 
 from transformers import PreTrainedConfig
 
+from .hub_elmo import ELMO_AUTO_MAP
+
 _ACTIVATIONS = ("relu", "tanh")
 _LAYER_NORM_MODES = (None, "batch", "token")
+_TAGGER_WORD_INPUTS = ("embedding", "bilm", None)
+_CRF_CONSTRAINTS = ("auto", "BIO", None)
 
 
 def _default_filters() -> list[list[int]]:
@@ -46,10 +50,44 @@ class ElmoConfig(PreTrainedConfig):
         scalar_mix_l2_coef: ``lambda`` of the L2 penalty ``lambda * ||w||^2`` on the mix weights.
         stateful: carry LSTM states from one call to the next, row by row, as the original
             implementation does. Off by default: outputs then depend only on the sentence.
+
+    Settings of the tagging head [`ElmoForTokenClassification`] (ignored by the other models):
+
+    Args:
+        freeze_bilm: keep the biLM (character encoder and LSTMs) fixed, as the paper does; the
+            scalar mixes are trained either way.
+        tagger_word_input: the context-independent word vector ``x_k``: ``"embedding"`` (a trainable
+            embedding of the tokenizer's vocabulary ids, ``vocab_ids``), ``"bilm"`` (the biLM's
+            layer 0, the character-CNN vector) or ``None``.
+        tagger_word_vocab_size: rows of that embedding (``len(tokenizer)``); needed for ``"embedding"``.
+        tagger_word_embedding_dim: size of that embedding.
+        tagger_elmo_input: concatenate a scalar mix with ``x_k`` as the task BiLSTM's input.
+        tagger_elmo_output: concatenate a (second) scalar mix with the BiLSTM's output.
+        tagger_hidden_size: the task BiLSTM's size per direction.
+        tagger_num_layers: its layers (0: no BiLSTM, the classifier reads ``[x_k; ELMo_k]``).
+        tagger_dropout: dropout on ``x_k``, between BiLSTM layers and before the classifier.
+        use_crf: decode with a linear-chain CRF (loss: its negative log-likelihood) instead of a
+            per-word softmax.
+        crf_constraints: ``"auto"`` (BIO transition constraints when every label is ``O``/``B-X``/
+            ``I-X``), ``"BIO"`` (required) or ``None``.
+
+    Settings of the language-model head [`ElmoForPreTraining`] (ignored by the other models):
+
+    Args:
+        lm_vocab_size: words of the LM softmax (the tokenizer's word vocabulary, ``<pad>`` excluded);
+            0: no LM head (``ElmoForPreTraining`` needs it >= 1).
+        lm_num_samples: negatives of the sampled softmax in training (8192 as the original; with
+            ``>= lm_vocab_size`` every word is one, which equals the full softmax); 0: full softmax in
+            training too. Evaluation always uses the full softmax.
+        lm_dropout: dropout on the biLM's top layer before the softmax (training only; 0.1 as the original).
+        lm_bos_vocab_id, lm_eos_vocab_id: vocabulary ids of ``<S>`` and ``</S>``, the targets at the
+            sentence edges (0 and 1: the first lines of a bilm-tf vocabulary file).
     """
 
     model_type = "elmo"
     attribute_map = {"num_hidden_layers": "n_layers"}
+    # Saving copies this file (and the rest of the shipped code, see `save_pretrained`) for `trust_remote_code`.
+    _auto_class = "AutoConfig"
 
     char_embedding_dim: int = 16
     char_cnn_filters: list = field(default_factory=_default_filters)
@@ -69,6 +107,24 @@ class ElmoConfig(PreTrainedConfig):
     scalar_mix_l2_coef: float = 0.0
     stateful: bool = False
     initializer_range: float = 0.05
+    # Tagging head (ElmoForTokenClassification).
+    freeze_bilm: bool = True
+    tagger_word_input: str | None = "bilm"
+    tagger_word_vocab_size: int = 0
+    tagger_word_embedding_dim: int = 100
+    tagger_elmo_input: bool = True
+    tagger_elmo_output: bool = False
+    tagger_hidden_size: int = 200
+    tagger_num_layers: int = 2
+    tagger_dropout: float = 0.5
+    use_crf: bool = True
+    crf_constraints: str | None = "auto"
+    # Language-model head (ElmoForPreTraining).
+    lm_vocab_size: int = 0
+    lm_num_samples: int = 8192
+    lm_dropout: float = 0.1
+    lm_bos_vocab_id: int = 0
+    lm_eos_vocab_id: int = 1
 
     def __post_init__(self, **kwargs):
         self.char_cnn_filters = [[int(w), int(n)] for w, n in _check_filters(self.char_cnn_filters)]
@@ -76,6 +132,9 @@ class ElmoConfig(PreTrainedConfig):
             self.n_characters = 262
         self._validate()
         super().__post_init__(**kwargs)
+        # Every config names all ELMo classes, so that any saved folder loads with every Auto class and
+        # `trust_remote_code=True` (a head's save would otherwise only write its own entry).
+        self.auto_map = {**ELMO_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
 
     def _validate(self) -> None:
         if self.char_cnn_activation not in _ACTIVATIONS:
@@ -105,6 +164,61 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError("num_output_representations must be >= 0")
         if not 0.0 <= self.elmo_dropout < 1.0:
             raise ValueError(f"elmo_dropout must be in [0, 1), got {self.elmo_dropout!r}")
+        self.validate_tagger()
+        self.validate_lm()
+
+    def validate_lm(self) -> None:
+        """Check the language-model head's settings (``lm_*``); ``ValueError`` if wrong."""
+        for name in ("lm_vocab_size", "lm_num_samples", "lm_bos_vocab_id", "lm_eos_vocab_id"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        if not 0.0 <= self.lm_dropout < 1.0:
+            raise ValueError(f"lm_dropout must be in [0, 1), got {self.lm_dropout!r}")
+        if self.lm_vocab_size and max(self.lm_bos_vocab_id, self.lm_eos_vocab_id) >= self.lm_vocab_size:
+            raise ValueError(
+                f"lm_bos_vocab_id ({self.lm_bos_vocab_id}) and lm_eos_vocab_id ({self.lm_eos_vocab_id}) must be ids "
+                f"of the LM vocabulary (lm_vocab_size={self.lm_vocab_size})"
+            )
+
+    def validate_tagger(self) -> None:
+        """Check the tagging-head settings (``tagger_*``, ``use_crf``, ``crf_constraints``); ``ValueError`` if wrong."""
+        if self.tagger_word_input not in _TAGGER_WORD_INPUTS:
+            raise ValueError(f"tagger_word_input must be one of {_TAGGER_WORD_INPUTS}, got {self.tagger_word_input!r}")
+        if self.crf_constraints not in _CRF_CONSTRAINTS:
+            raise ValueError(f"crf_constraints must be one of {_CRF_CONSTRAINTS}, got {self.crf_constraints!r}")
+        for name in ("tagger_word_vocab_size", "tagger_num_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        for name in ("tagger_word_embedding_dim", "tagger_hidden_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.tagger_word_input == "embedding" and self.tagger_word_vocab_size < 1:
+            raise ValueError("tagger_word_input='embedding' needs tagger_word_vocab_size >= 1 (len(tokenizer))")
+        if self.tagger_word_input is None and not self.tagger_elmo_input:
+            raise ValueError("the tagger has no input: set tagger_word_input or tagger_elmo_input=True")
+        if self.tagger_elmo_output and self.tagger_num_layers == 0:
+            raise ValueError("tagger_elmo_output needs a task BiLSTM (tagger_num_layers >= 1)")
+        if not 0.0 <= self.tagger_dropout < 1.0:
+            raise ValueError(f"tagger_dropout must be in [0, 1), got {self.tagger_dropout!r}")
+        if self.scalar_mix_l2_coef < 0:
+            raise ValueError(f"scalar_mix_l2_coef must be >= 0, got {self.scalar_mix_l2_coef!r}")
+
+    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs) -> None:
+        """As ``PreTrainedConfig.save_pretrained``, and make ``save_directory`` Hub-ready.
+
+        Copies the shipped code files (configuration, models, heads, tokenizer, pipeline) next to
+        ``config.json``, completes ``auto_map`` (and ``custom_pipelines`` for a token classifier), and writes a
+        model card ``README.md`` unless the folder has a README that is not a generated card. Every model's
+        ``save_pretrained`` calls this.
+        """
+        if not os.path.isfile(save_directory):  # a file: the base class reports the error
+            from .hub_elmo import prepare_hub_folder
+
+            prepare_hub_folder(self, save_directory)
+        super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
 
     @property
     def hidden_size(self) -> int:

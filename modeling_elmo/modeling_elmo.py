@@ -17,6 +17,7 @@ D = lstm_dim, T = W + 2 (words plus the sentence boundaries the model adds).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -33,6 +34,11 @@ from .characters import NUM_CHARACTERS, PADDING_CHAR, begin_of_sentence_ids, end
 from .configuration_elmo import ElmoConfig
 
 PADDING_ID = PADDING_CHAR + 1  # the padding mark after the +1 shift of all character ids
+# Memory bounds for long inputs (issue #8), exact (outputs do not depend on them beyond float rounding):
+# words per character-CNN call (up to ~0.37 MB of activations a word at the original size), and packed biLSTM
+# steps whose input gates are computed at once (2 x 4D floats each: 128 KB at the original size).
+CHAR_CNN_BLOCK_WORDS = 1024
+GATE_BLOCK_ROWS = 1024
 
 # One layer's recurrent state, both directions: (projected output h (2, n, P), cell c (2, n, D)).
 LstmState = tuple[torch.Tensor, torch.Tensor]
@@ -78,6 +84,8 @@ class ElmoCharacterEncoder(nn.Module):
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         batch_shape, chars = char_ids.shape[:-1], char_ids.shape[-1]
         char_ids = char_ids.reshape(-1, chars)
+        if char_ids.shape[0] > CHAR_CNN_BLOCK_WORDS:  # bounded convolution activations for many words
+            return torch.cat([self(block) for block in char_ids.split(CHAR_CNN_BLOCK_WORDS)]).reshape(*batch_shape, -1)
         # Words are far shorter than C: positions past the longest word hold only the padding mark,
         # and every window made only of padding has the same value. Convolve up to the longest word
         # and let that one value stand in for the windows past it (the result is the same).
@@ -160,7 +168,9 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         d = self.projection.shape[1]
         # The forget bias, added once for all steps instead of once per step.
         bias = self.bias + F.pad(self.bias.new_ones(d), (2 * d, d))
-        input_gates = torch.baddbmm(bias.unsqueeze(1), inputs, self.input_kernel)  # (2, N, 4D)
+        # The input part of the gates, for blocks of GATE_BLOCK_ROWS packed steps at a time (usually all of
+        # them at once): memory does not grow with N x 4D for very long inputs.
+        input_gates, block_start, block_end = None, 0, 0
         outputs, ended_h, ended_c = [], [], []
         offset = 0
         for n in batch_sizes:
@@ -168,7 +178,12 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
                 ended_h.append(h[:, n:])
                 ended_c.append(c[:, n:])
                 h, c = h[:, :n], c[:, :n]
-            gates = torch.baddbmm(input_gates[:, offset : offset + n], h, self.state_kernel)  # (2, n, 4D)
+            if offset + n > block_end:
+                block_start, block_end = offset, offset + max(n, GATE_BLOCK_ROWS)
+                input_gates = None  # free the previous block first
+                input_gates = torch.baddbmm(bias.unsqueeze(1), inputs[:, block_start:block_end], self.input_kernel)
+            start = offset - block_start
+            gates = torch.baddbmm(input_gates[:, start : start + n], h, self.state_kernel)  # (2, n, 4D)
             i, j, f, o = gates.chunk(4, dim=-1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
             if self.cell_clip is not None:
@@ -329,6 +344,73 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["ElmoBiLstmLayer", "ElmoCharacterEncoder"]
+
+    # Loading (issue #8): weights only from safetensors (never a pickle), and a checkpoint that does not fit the
+    # config is an error, not a silent random init of the parts that do not fit.
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """As ``PreTrainedModel.from_pretrained``, with three checks.
+
+        - Weights are read only from safetensors files: ``pytorch_model.bin`` (a pickle) is never
+          opened, ``use_safetensors=False`` is refused (``ValueError``).
+        - A corrupt or truncated ``model.safetensors`` raises ``OSError`` naming the file.
+        - Biases and weights of the biLM (``char_cnn.*``, ``bilm.*``) whose shape differs from the
+          config's, or that the checkpoint lacks or has in excess (e.g. another ``n_layers``), raise
+          ``ValueError`` listing them, unless ``ignore_mismatched_sizes=True`` (then transformers
+          re-initialises the mismatched ones). New heads and extra scalar mixes may still be missing.
+        """
+        if kwargs.get("use_safetensors") is False:
+            raise ValueError(
+                "ELMo models load only from safetensors (pickled weights can run code): use_safetensors=False "
+                "is not supported; convert the checkpoint with save_pretrained or convert_original_weights.py"
+            )
+        kwargs["use_safetensors"] = True
+        name = pretrained_model_name_or_path
+        if (
+            isinstance(name, (str, os.PathLike))
+            and os.path.isfile(name)
+            and not os.fspath(name).endswith(".safetensors")
+        ):
+            raise ValueError(f"{os.fspath(name)} is not a .safetensors file: ELMo weights load only from safetensors")
+        if isinstance(name, (str, os.PathLike)) and os.path.isdir(name):
+            folder = os.path.join(name, kwargs.get("subfolder") or "")
+            files = set(os.listdir(folder)) if os.path.isdir(folder) else set()
+            if not any(f.endswith(".safetensors") or f.endswith(".safetensors.index.json") for f in files):
+                pickles = sorted(f for f in files if f.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl")))
+                found = f" (found {', '.join(pickles)}: pickled weights are never loaded)" if pickles else ""
+                raise OSError(f"no model.safetensors in {folder}{found}")
+        ignore_mismatched = kwargs.pop("ignore_mismatched_sizes", False)
+        want_info = kwargs.pop("output_loading_info", False)
+        try:
+            model, info = super().from_pretrained(
+                name, *model_args, ignore_mismatched_sizes=True, output_loading_info=True, **kwargs
+            )
+        except Exception as error:
+            if type(error).__name__ != "SafetensorError":
+                raise
+            raise OSError(
+                f"cannot read the safetensors weights of {os.fspath(name)}: corrupt or truncated ({error})"
+            ) from error
+        prefix = cls.base_model_prefix + "."
+        core = ("char_cnn.", "bilm.")
+        problems = []
+        if not ignore_mismatched:
+            problems += [
+                f"{k}: checkpoint {tuple(a)}, config {tuple(b)}" for k, a, b in sorted(info["mismatched_keys"])
+            ]
+        for kind in ("missing_keys", "unexpected_keys"):
+            for key in sorted(info[kind]):
+                if key.removeprefix(prefix).startswith(core):
+                    problems.append(
+                        f"{key}: {'not in the checkpoint' if kind == 'missing_keys' else 'not in the model'}"
+                    )
+        if problems:
+            shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+            raise ValueError(
+                f"the weights in {os.fspath(name)} do not fit the config (wrong sizes or layer counts in config.json "
+                f"or in from_pretrained arguments?): {shown}"
+            )
+        return (model, info) if want_info else model
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -510,8 +592,8 @@ class ElmoModel(ElmoPreTrainedModel):
             raise ValueError(
                 f"input_ids must be a (batch, words, {chars}) tensor of character ids from ElmoTokenizer, got {shape}"
             )
-        if input_ids.is_floating_point() or input_ids.is_complex():
-            raise ValueError(f"input_ids must hold integer character ids, got dtype {input_ids.dtype}")
+        if input_ids.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"input_ids must hold integer character ids (int64 or int32), got dtype {input_ids.dtype}")
         if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= NUM_CHARACTERS):
             raise ValueError(f"character ids must be in [0, {NUM_CHARACTERS}); is this the output of ElmoTokenizer?")
         if attention_mask is None:
@@ -556,6 +638,104 @@ class ElmoModel(ElmoPreTrainedModel):
             (old_h.to(h).index_copy(1, rows, h.detach()), old_c.to(c).index_copy(1, rows, c.detach()))
             for (old_h, old_c), (h, c) in zip(self._states, states, strict=True)
         ]
+
+    # -----------------------------------------------------------------------------------------
+    # Sentence embeddings and named layers, as TF-Hub's ELMo module (issue #5)
+    # -----------------------------------------------------------------------------------------
+
+    def tf_hub_outputs(
+        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
+        """The outputs of TF-Hub's ELMo module, by the names it uses.
+
+        Args:
+            input_ids: ``(B, W, C)`` character ids from [`ElmoTokenizer`].
+            attention_mask: ``(B, W)``, 1 for words (right padding); default: the non-empty character rows.
+
+        Returns:
+            A dict of tensors, zero at padded words:
+
+            - ``word_emb``: ``(B, W, P)``, layer 0, the character-based word vectors (not doubled).
+            - ``lstm_outputs1``, ``lstm_outputs2`` (one per LSTM layer, ``lstm_outputs{k}``): ``(B, W, 2P)``,
+              ``[forward_h; backward_h]`` of layer ``k``.
+            - ``elmo``: ``(B, W, 2P)``, the first scalar mix (the learned weighted sum of the layers, as TF-Hub's
+              trainable ``elmo``); a model without mixes (``num_output_representations=0``) uses equal weights.
+            - ``default``: ``(B, 2P)``, the mean of ``elmo`` over each sentence's words (an empty sentence gets
+              zeros): TF-Hub's fixed mean-pooled sentence vector.
+            - ``sequence_len``: ``(B,)`` words per sentence.
+        """
+        mask = self._word_mask(input_ids, attention_mask)
+        layers = self.compute_layers(input_ids, mask)
+        if self.scalar_mixes:
+            elmo = self.scalar_mixes[0](layers, mask)
+        else:
+            elmo = torch.stack(layers).mean(dim=0)
+        lengths = mask.sum(dim=1)
+        outputs = {"word_emb": layers[0][..., : self.config.projection_dim]}
+        outputs.update({f"lstm_outputs{k}": layer for k, layer in enumerate(layers[1:], start=1)})
+        outputs["elmo"] = elmo
+        # Masked mean: padded positions are exactly zero, so a sum over words divided by the count.
+        outputs["default"] = elmo.sum(dim=1) / lengths.clamp(min=1).unsqueeze(-1).to(elmo.dtype)
+        outputs["sequence_len"] = lengths
+        return outputs
+
+    def embed_sentences(
+        self,
+        sentences: Sequence[str] | Sequence[Sequence[str]],
+        tokenizer=None,
+        output: str = "default",
+        batch_size: int = 32,
+        is_split_into_words: bool | None = None,
+    ) -> torch.Tensor | list[torch.Tensor]:
+        """Embed sentences (raw text, or lists of words) with TF-Hub ELMo's output ``output``, in eval mode and
+        without gradients.
+
+        Args:
+            sentences: strings (split into words by the tokenizer) or lists of words.
+            tokenizer: an [`ElmoTokenizer`]; default: a new one (character ids do not depend on a vocabulary).
+            output: a key of [`tf_hub_outputs`]: ``"default"`` (sentence vectors), ``"word_emb"``,
+                ``"lstm_outputs1"``, ``"lstm_outputs2"``, ``"elmo"``.
+            batch_size: sentences per forward pass.
+            is_split_into_words: default: True when the first sentence is a list of words.
+
+        Returns:
+            ``output="default"``: a ``(N, 2P)`` tensor. Otherwise a list of ``N`` tensors ``(words_i, width)``.
+        """
+        valid = ("default", "word_emb", "elmo") + tuple(f"lstm_outputs{k}" for k in range(1, self.config.n_layers + 1))
+        if output not in valid:
+            raise ValueError(f"output must be one of {valid}, got {output!r}")
+        if isinstance(sentences, str):
+            raise TypeError("embed_sentences takes a list of sentences; wrap a single sentence in a list")
+        sentences = list(sentences)
+        if tokenizer is None:
+            from .tokenization_elmo import ElmoTokenizer
+
+            tokenizer = ElmoTokenizer(max_characters_per_token=self.config.max_characters_per_token)
+        if is_split_into_words is None:
+            is_split_into_words = bool(sentences) and not isinstance(sentences[0], str)
+        was_training = self.training
+        self.eval()
+        results: list[torch.Tensor] = []
+        try:
+            with torch.no_grad():
+                for start in range(0, len(sentences), batch_size):
+                    chunk = sentences[start : start + batch_size]
+                    batch = tokenizer(chunk, is_split_into_words=is_split_into_words, padding=True, return_tensors="pt")
+                    ids = batch["input_ids"].to(self.device)
+                    if ids.dim() != 3:  # a chunk of empty sentences pads to (n, 0)
+                        ids = ids.reshape(len(chunk), -1, self.config.max_characters_per_token)
+                    mask = batch["attention_mask"].to(self.device).reshape(ids.shape[:2])
+                    out = self.tf_hub_outputs(ids, mask)[output]
+                    if output == "default":
+                        results.append(out)
+                    else:
+                        results.extend(row[:n] for row, n in zip(out, mask.sum(dim=1).tolist(), strict=True))
+        finally:
+            self.train(was_training)
+        if output == "default":
+            width = 2 * self.config.projection_dim
+            return torch.cat(results) if results else torch.zeros(0, width, dtype=self.dtype, device=self.device)
+        return results
 
 
 def _pad_rows(state: torch.Tensor, rows: int) -> torch.Tensor:

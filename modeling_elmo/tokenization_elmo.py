@@ -340,6 +340,27 @@ class ElmoTokenizer(TokenizersBackend):
         """A tokenizer with the vocabulary of a bilm-tf vocabulary file."""
         return cls(vocab_file=vocab_file, **kwargs)
 
+    @classmethod
+    def _from_pretrained(cls, resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs):
+        # A folder without the vocabulary or the tokenizer settings would otherwise load silently as the default
+        # three-word tokenizer (issue #8): it is an error naming the missing file.
+        if not (
+            isinstance(pretrained_model_name_or_path, (str, os.PathLike))
+            and os.path.isfile(pretrained_model_name_or_path)
+        ):
+            missing = []
+            if resolved_vocab_files.get("tokenizer_config_file") is None:
+                missing.append("tokenizer_config.json")
+            if resolved_vocab_files.get("tokenizer_file") is None and resolved_vocab_files.get("vocab_file") is None:
+                missing.append("tokenizer.json (or vocab.txt)")
+            if missing:
+                raise OSError(
+                    f"cannot load an ElmoTokenizer from {os.fspath(pretrained_model_name_or_path)}: missing "
+                    f"{' and '.join(missing)} (save the tokenizer with save_pretrained, or build one with "
+                    "ElmoTokenizer() / ElmoTokenizer.from_vocab_file(...))"
+                )
+        return super()._from_pretrained(resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs)
+
     # -----------------------------------------------------------------------------------------
     # Saving
     # -----------------------------------------------------------------------------------------

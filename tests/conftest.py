@@ -8,9 +8,11 @@ checkout), or from the folder in ``ELMO_SHARED_DIR``. Without it they skip, sayi
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -51,3 +53,44 @@ def converted_fixture(fixture_dir: Path, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("converted") / "bilm-residual"
     convert(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", out, progress=False)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Hypothesis profiles (issue #8): "ci" (default, fast) and "nightly" (>= 10,000 cases over the
+# property tests of tests/test_reliability.py), chosen with ELMO_HYPOTHESIS_PROFILE=nightly.
+# Tests with their own @settings(max_examples=...) keep them. The number of cases each run is
+# printed at the end of every pytest run.
+# ---------------------------------------------------------------------------------------------
+
+_QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+settings.register_profile("ci", max_examples=120, deadline=None, suppress_health_check=_QUIET, print_blob=True)
+settings.register_profile("nightly", max_examples=2500, deadline=None, suppress_health_check=_QUIET, print_blob=True)
+HYPOTHESIS_PROFILE = os.environ.get("ELMO_HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(HYPOTHESIS_PROFILE)
+
+_hypothesis_cases: dict[str, int] = {}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item):
+    stats = getattr(item, "hypothesis_statistics", None)  # set by hypothesis' pytest plugin
+    if stats:
+        # "- 60 passing, 0 failing, and 26 invalid test cases" (hypothesis >= 6.1xx; older: "... examples"),
+        # one line per phase. Invalid cases (rejected by filters/assume) did not run the property.
+        counts = re.findall(r"(\d+) passing[^,]*, (\d+) failing", stats)
+        if not counts:
+            raise RuntimeError(f"hypothesis statistics in an unknown format; update conftest.py:\n{stats}")
+        _hypothesis_cases[item.nodeid] = sum(int(a) + int(b) for a, b in counts)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _hypothesis_cases:
+        return
+    by_file: dict[str, int] = {}
+    for nodeid, cases in _hypothesis_cases.items():
+        by_file[nodeid.split("::")[0]] = by_file.get(nodeid.split("::")[0], 0) + cases
+    details = ", ".join(f"{name}: {cases}" for name, cases in sorted(by_file.items()))
+    terminalreporter.write_line(
+        f"hypothesis: {sum(by_file.values())} cases run in {len(_hypothesis_cases)} property tests "
+        f"(profile {HYPOTHESIS_PROFILE!r}; ELMO_HYPOTHESIS_PROFILE=nightly for >= 10,000) [{details}]"
+    )

@@ -1,0 +1,668 @@
+"""The ``elmo`` command: convert weights, embed text to HDF5, compare words in context, train.
+
+Subcommands (``elmo SUBCOMMAND --help`` for each):
+
+- ``elmo convert``: original ``options.json`` + HDF5 weights to a model folder (``convert_original_weights``).
+- ``elmo embed``: a text file (or stdin) to an HDF5 file of ELMo vectors, one dataset per sentence.
+- ``elmo similar``: cosine similarities of one word's vectors in different sentences (the "bank" demo).
+- ``elmo train-lm``: pretrain or fine-tune the biLM (``modeling_elmo.train_lm``).
+- ``elmo train-tagger``: train a sequence tagger, e.g. NER (``modeling_elmo.train_tagger``).
+
+Without ``--model``, ``embed`` and ``similar`` use the demo model bundled in the package
+(``modeling_elmo/demo_model``): a toy-sized biLM this project trained on WikiText-2, not the released
+ELMo. For real use, convert the original weights (``elmo convert``) and pass ``--model FOLDER``.
+
+Exit codes: 0 success; 1 an error the message explains (missing file, unloadable model, bad input...);
+2 bad command-line usage; 130 interrupted.
+
+``elmo embed`` scales out over processes: started by ``accelerate launch`` or ``torchrun`` (which set
+``RANK``/``WORLD_SIZE``), each process embeds the sentences ``i`` with ``i % world_size == rank`` into a
+part file, and process 0 merges the parts into one file in input order. Only light modules are
+imported at start-up: torch, transformers and the model load when a subcommand needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import sys
+from collections import deque
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TextIO
+
+DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
+OUTPUT_TYPES = ("layers", "elmo", "mean")
+DELEGATED = {
+    "convert": ("convert_original_weights", "convert original ELMo weights (options.json + HDF5) to a model folder"),
+    "train-lm": ("modeling_elmo.train_lm", "pretrain or fine-tune the biLM language model"),
+    "train-tagger": ("modeling_elmo.train_tagger", "train a sequence tagger (e.g. NER) on top of ELMo"),
+}
+DEFAULT_SIMILAR_SENTENCES = (
+    "He sat on the bank of the river and watched the water .",
+    "The boat drifted to the muddy bank of the river .",
+    "She went to the bank to open an account .",
+    "The bank raised the interest rate on its loans .",
+)
+DEMO_MODEL_NOTE = (
+    "the bundled demo model: a toy-sized biLM trained on WikiText-2 by this project, not the released ELMo"
+)
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+
+
+class CliError(Exception):
+    """An error to report as ``error: <message>`` with exit code 1."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared helpers
+# ---------------------------------------------------------------------------------------------
+
+
+def demo_model_path() -> Path:
+    """The folder of the bundled demo model (it may be missing in a checkout that has not trained it)."""
+    return DEMO_MODEL_DIR
+
+
+def resolve_model(model: str | None) -> str:
+    """``model`` as given, or the bundled demo model's folder; a clear error if neither exists."""
+    if model is not None:
+        if os.path.isdir(model) or (not os.path.exists(model) and _HUB_ID.fullmatch(model)):
+            return model
+        what = "is not a folder" if os.path.exists(model) else "no such folder"
+        raise CliError(
+            f"--model {model}: {what}. Give a model folder (made by `elmo convert` or `elmo train-lm`) "
+            "or a Hugging Face Hub id (owner/name)."
+        )
+    if not (DEMO_MODEL_DIR / "config.json").is_file():
+        raise CliError(
+            f"no --model given and the bundled demo model is missing ({DEMO_MODEL_DIR} has no config.json). "
+            "Give --model FOLDER (convert the original weights with `elmo convert --help`), or train the demo "
+            "model with scripts/train_demo_model.sh."
+        )
+    return str(DEMO_MODEL_DIR)
+
+
+def resolve_device(name: str, local_rank: int = 0):
+    """``auto`` (CUDA if available, one GPU per local process, else CPU) or a torch device string."""
+    import torch
+
+    if name == "auto":
+        return torch.device(f"cuda:{local_rank % torch.cuda.device_count()}" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as err:
+        raise CliError(f"--device {name!r} is not a device ({err}); use auto, cpu, cuda, cuda:1 or mps") from err
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CliError(f"--device {name}: CUDA is not available here; use --device cpu (or auto)")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise CliError(f"--device {name}: there are only {torch.cuda.device_count()} CUDA devices (cuda:0...)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise CliError(f"--device {name}: MPS is not available here; use --device cpu (or auto)")
+    return device
+
+
+def load_model(model: str | None, device):
+    """Tokenizer and model (eval mode, on ``device``) from a folder or Hub id, or the demo model."""
+    name = resolve_model(model)
+    from transformers.utils import logging as hf_logging
+
+    from .modeling_elmo import ElmoModel
+    from .tokenization_elmo import ElmoTokenizer
+
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()  # transformers' "Loading weights" bar; ours are enough
+    # and no load report for a pretraining folder (its LM softmax is rightly left out); errors still show
+    hf_logging.set_verbosity_error()
+    try:
+        tokenizer = ElmoTokenizer.from_pretrained(name)
+        elmo = ElmoModel.from_pretrained(name)
+    except (OSError, ValueError, KeyError) as err:
+        raise CliError(
+            f"could not load an ELMo model from {name!r}: {err}. Give --model a folder made by `elmo convert` "
+            "or `elmo train-lm`, or a Hugging Face Hub id."
+        ) from err
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
+    return tokenizer, elmo.to(device).eval()
+
+
+def describe_model(model: str | None) -> str:
+    return DEMO_MODEL_NOTE if model is None else model
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading sentences
+# ---------------------------------------------------------------------------------------------
+
+# An end of sentence: . ! or ? (or an ellipsis), optionally closing quotes/brackets, then whitespace and
+# an uppercase letter, a digit, or an opening quote/bracket.
+_SENTENCE_END = re.compile(r"""(?:[.!?]+)['"\u2019\u201d)\]]*(?=\s+['"\u2018\u201c(\[]?[A-Z0-9\u00C0-\u00DE])""")
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof st jr sr vs etc e.g i.e no fig gen col lt sgt capt rev jan feb mar apr jun jul aug sep sept "
+    "oct nov dec inc ltd co corp mt ft u.s".split()
+)
+
+
+def split_sentences(paragraph: str) -> list[str]:
+    """Split one paragraph of raw text into sentences (simple rules, no model).
+
+    A sentence ends at ``.``, ``!`` or ``?`` (optionally followed by closing quotes or brackets) when
+    whitespace and then an uppercase letter, a digit or an opening quote/bracket follow, except after
+    a single letter (``J. Smith``) or a common abbreviation (``Mr.``, ``Dr.``, ``e.g.``, ``Inc.``...).
+    Newlines inside the paragraph count as spaces.
+    """
+    text = " ".join(paragraph.split())
+    sentences, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        if text[match.start()] == ".":
+            before = text[start : match.start()].rsplit(" ", 1)[-1].lstrip("(\"'")
+            if len(before) == 1 and before.isalpha() or before.lower() in _ABBREVIATIONS:
+                continue
+        sentences.append(text[start : match.end()].strip())
+        start = match.end()
+    rest = text[start:].strip()
+    if rest:
+        sentences.append(rest)
+    return sentences
+
+
+def read_sentences(stream: TextIO, raw: bool) -> Iterator[str]:
+    """Sentences of ``stream``: one per line, or with ``raw`` paragraphs (blank-line separated) split by
+    [`split_sentences`]. Streams: holds one paragraph at a time."""
+    if not raw:
+        for line in stream:
+            yield line.rstrip("\r\n")
+        return
+    paragraph: list[str] = []
+    for line in stream:
+        if line.strip():
+            paragraph.append(line)
+            continue
+        if paragraph:
+            yield from split_sentences(" ".join(paragraph))
+            paragraph = []
+    if paragraph:
+        yield from split_sentences(" ".join(paragraph))
+
+
+def _count_lines(path: str) -> int:
+    """Lines of a file as ``for line in file`` counts them (a last line without newline counts)."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + (last != b"\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# elmo embed
+# ---------------------------------------------------------------------------------------------
+
+
+def _write_sentences(
+    path: str,
+    model,
+    tokenizer,
+    sentences: Iterable[str],
+    output_type: str,
+    batch_size: int,
+    max_batch_words: int,
+    progress: bool,
+    total: int | None,
+    attrs: dict,
+) -> int:
+    """Embed ``sentences`` into a new HDF5 file ``path``: datasets ``"0"``, ``"1"``... and ``words``."""
+    import h5py
+    import numpy as np
+
+    from .embedding_elmo import embed_corpus
+
+    pending: deque[list[str]] = deque()
+
+    def words_of_each() -> Iterator[list[str]]:
+        for sentence in sentences:
+            words = tokenizer.tokenize(sentence.strip())
+            pending.append(words)
+            yield words
+
+    count = 0
+    with h5py.File(path, "w") as f:
+        f.attrs.update(attrs)
+        words_ds = f.create_dataset("words", shape=(0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(1024,))
+        block: list[str] = []
+
+        def flush() -> None:
+            words_ds.resize((words_ds.shape[0] + len(block),))
+            words_ds[-len(block) :] = np.array(block, dtype=object)
+            block.clear()
+
+        results = embed_corpus(
+            model,
+            tokenizer,
+            words_of_each(),
+            output=output_type,
+            batch_size=batch_size,
+            max_batch_words=max_batch_words,
+            is_split_into_words=True,
+            progress=progress,
+            total=total,
+        )
+        for index, array in results:
+            f.create_dataset(str(index), data=array.astype(np.float32, copy=False))
+            block.append(" ".join(pending.popleft()))
+            if len(block) == 1024:
+                flush()
+            count += 1
+        if block:
+            flush()
+        f.attrs["num_sentences"] = count
+    return count
+
+
+def _merge_parts(parts: list[str], path: str) -> int:
+    """Interleave part files into ``path``, in input order: dataset ``"k"`` of part ``r`` is sentence
+    ``k * world + r`` (process ``r`` embedded sentences ``r, r + world, ...`` and numbered them 0, 1, ...)."""
+    import h5py
+    import numpy as np
+
+    world = len(parts)
+    handles = [h5py.File(p, "r") for p in parts]
+    try:
+        total = sum(int(h.attrs["num_sentences"]) for h in handles)
+        with h5py.File(path, "w") as out:
+            attrs = dict(handles[0].attrs)
+            attrs["num_sentences"] = total
+            out.attrs.update(attrs)
+            words = out.create_dataset("words", shape=(total,), dtype=h5py.string_dtype())
+            for start in range(0, total, 1024):
+                stop = min(start + 1024, total)
+                block = [handles[i % world]["words"][i // world] for i in range(start, stop)]
+                words[start:stop] = np.array(block, dtype=object)
+            for i in range(total):
+                handles[i % world].copy(str(i // world), out, name=str(i))
+    finally:
+        for h in handles:
+            h.close()
+    return total
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def _temp_name(output: str, tag: str) -> str:
+    folder, name = os.path.split(os.path.abspath(output))
+    return os.path.join(folder, f".{name}.{tag}.tmp")
+
+
+def run_embed(args: argparse.Namespace) -> int:
+    """``elmo embed``: see the subcommand's ``--help``."""
+    world = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    rank = int(os.environ.get("RANK", "0") or 0)
+    local_rank = int(os.environ.get("LOCAL_RANK", str(rank)) or 0)
+    output = args.output
+    if args.batch_size < 1 or args.max_batch_words < 1:
+        raise CliError("--batch-size and --max-batch-words must be positive")
+    if os.path.isdir(output):
+        raise CliError(f"--output {output} is a folder; give a file name such as out.hdf5")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
+        raise CliError(f"--output {output}: the folder {os.path.dirname(os.path.abspath(output))} does not exist")
+    if os.path.exists(output) and not args.overwrite:
+        raise CliError(f"{output} exists; pass --overwrite to replace it")
+    stdin = args.input == "-"
+    if stdin and world > 1:
+        raise CliError("several processes cannot share stdin: give a text file when running under accelerate/torchrun")
+    if stdin and sys.stdin.isatty():
+        raise CliError("no input: give a text file, or pipe text in (e.g. `echo 'Hello world .' | elmo embed`)")
+    if not stdin and not os.path.isfile(args.input):
+        raise CliError(f"input file {args.input} not found")
+
+    if world == 1:
+        return _embed_single(args, output)
+    return _embed_distributed(args, output, rank, world, local_rank)
+
+
+def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
+    """Embed this process's share of the input into ``path``; returns the number of sentences."""
+    device = resolve_device(args.device, local_rank)
+    tokenizer, model = load_model(args.model, device)
+    if args.output_type != "layers" and not model.config.num_output_representations:
+        raise CliError(f"--output-type {args.output_type} needs a scalar mix; this model has none (use layers)")
+    stream = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
+    total = None
+    if args.input != "-" and not args.raw:
+        lines = _count_lines(args.input)
+        total = max(0, (lines - rank + world - 1) // world)
+    attrs = {
+        "output_type": args.output_type,
+        "model": describe_model(args.model),
+        "num_layers": model.config.n_layers + 1,
+        "dim": 2 * model.config.projection_dim,
+        "input_format": "raw" if args.raw else "lines",
+    }
+    try:
+        sentences = read_sentences(stream, args.raw)
+        if world > 1:
+            sentences = (s for i, s in enumerate(sentences) if i % world == rank)
+        return _write_sentences(
+            path,
+            model,
+            tokenizer,
+            sentences,
+            args.output_type,
+            args.batch_size,
+            args.max_batch_words,
+            progress=not args.no_progress and rank == 0,
+            total=total,
+            attrs=attrs,
+        )
+    except UnicodeDecodeError as err:
+        raise CliError(f"{args.input} is not UTF-8 text ({err}); convert it, e.g. with iconv") from err
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+
+
+def _embed_single(args, output: str) -> int:
+    temp = _temp_name(output, f"partial-{os.getpid()}")
+    try:
+        count = _embed_into(args, temp, 0, 1, 0)
+        os.replace(temp, output)
+    except BaseException:
+        _remove(temp)
+        raise
+    print(f"Wrote {count} sentences ({args.output_type}) to {output}", file=sys.stderr)
+    return 0
+
+
+def _embed_distributed(args, output: str, rank: int, world: int, local_rank: int) -> int:
+    import torch
+    import torch.distributed as dist
+
+    started_here = not dist.is_initialized()
+    if started_here:
+        dist.init_process_group(backend="gloo")  # only a status flag travels; embeddings stay on each device
+
+    def all_ok(ok: bool) -> bool:
+        flag = torch.tensor([0 if ok else 1])
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return flag.item() == 0
+
+    parts = [_temp_name(output, f"part{r}-of-{world}") for r in range(world)]
+    try:
+        error: BaseException | None = None
+        try:
+            _embed_into(args, parts[rank], rank, world, local_rank)
+        except Exception as err:  # every process must reach the collective below
+            error = err
+        if not all_ok(error is None):
+            _remove(parts[rank])
+            if error is not None:
+                raise error
+            raise CliError(f"another process failed (see its message); process {rank} stopped too")
+        merge_error: BaseException | None = None
+        if rank == 0:
+            temp = _temp_name(output, f"merging-{os.getpid()}")
+            try:
+                count = _merge_parts(parts, temp)
+                os.replace(temp, output)
+                for part in parts:
+                    _remove(part)
+                print(
+                    f"Wrote {count} sentences ({args.output_type}) from {world} processes to {output}", file=sys.stderr
+                )
+            except Exception as err:
+                _remove(temp)
+                merge_error = err
+        if not all_ok(merge_error is None):
+            _remove(parts[rank])
+            if merge_error is not None:
+                raise CliError(f"merging the part files into {output} failed: {merge_error}") from merge_error
+            raise CliError("process 0 could not merge the part files (see its message)")
+        return 0
+    finally:
+        if started_here:
+            dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------------------------------
+# elmo similar
+# ---------------------------------------------------------------------------------------------
+
+
+def word_similarities(model, tokenizer, sentences: list[str], word: str, layer: int | str):
+    """Vectors of ``word`` in each sentence and their cosine similarities.
+
+    Returns ``(labels, similarity, similarity_layer0)``: one label ``"<sentence>"`` per occurrence (a
+    sentence with the word twice gives two), the ``(n, n)`` cosine matrix of the chosen layer's vectors
+    (``layer`` an index into the ``L + 1`` biLM layers, or ``"elmo"`` for the model's scalar mix),
+    and the same for layer 0 (characters only, no context). Matching is exact, or case-insensitive
+    when the exact word is absent from a sentence.
+    """
+    import torch
+
+    words = [tokenizer.tokenize(s) for s in sentences]
+    positions = []
+    for i, ws in enumerate(words):
+        hits = [k for k, w in enumerate(ws) if w == word] or [k for k, w in enumerate(ws) if w.lower() == word.lower()]
+        if not hits:
+            raise CliError(f"the word {word!r} is not in sentence {i + 1}: {sentences[i]!r} (words: {' '.join(ws)})")
+        positions += [(i, k) for k in hits]
+    batch = tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
+    batch = {k: v.to(model.device) for k, v in batch.items()}
+    with torch.inference_mode():
+        out = model(**batch, output_hidden_states=True)
+    chosen = out.elmo if layer == "elmo" else out.hidden_states[layer]
+
+    def cosine(states):
+        vectors = torch.stack([states[i, k] for i, k in positions]).float()
+        vectors = torch.nn.functional.normalize(vectors, dim=-1)
+        return (vectors @ vectors.T).cpu()
+
+    labels = [sentences[i] for i, _ in positions]
+    return labels, cosine(chosen), cosine(out.hidden_states[0])
+
+
+def format_similarity_table(word: str, labels: list[str], sim, width: int = 60) -> str:
+    """A small text table: one row per occurrence, cosine similarity to each other occurrence."""
+    shown = [label if len(label) <= width else label[: width - 3] + "..." for label in labels]
+    label_width = max(len(s) for s in shown)
+    head = f"{'#':>2}  {'sentence':<{label_width}}  " + "  ".join(f"{j + 1:>5}" for j in range(len(labels)))
+    rows = [head]
+    for i, label in enumerate(shown):
+        cells = "  ".join(f"{float(sim[i, j]):5.3f}" for j in range(len(labels)))
+        rows.append(f"{i + 1:>2}  {label:<{label_width}}  {cells}")
+    return "\n".join(rows)
+
+
+def run_similar(args: argparse.Namespace) -> int:
+    """``elmo similar``: see the subcommand's ``--help``."""
+    sentences = list(args.sentences) or list(DEFAULT_SIMILAR_SENTENCES)
+    if len(sentences) < 2:
+        raise CliError("give at least two sentences to compare")
+    device = resolve_device(args.device)
+    tokenizer, model = load_model(args.model, device)
+    n_layers = model.config.n_layers
+    if args.layer == "elmo":
+        layer: int | str = "elmo"
+        if not model.config.num_output_representations:
+            raise CliError("--layer elmo needs a scalar mix; this model has none (use a layer number)")
+        layer_name = "the ELMo scalar mix"
+    else:
+        try:
+            layer = n_layers if args.layer == "top" else int(args.layer)
+        except ValueError:
+            raise CliError(f"--layer must be top, elmo or a number 0..{n_layers}, got {args.layer!r}") from None
+        if not 0 <= layer <= n_layers:
+            raise CliError(f"--layer must be between 0 and {n_layers} for this model, got {layer}")
+        layer_name = f"biLM layer {layer} of {n_layers}" + (" (characters only)" if layer == 0 else "")
+    labels, sim, sim0 = word_similarities(model, tokenizer, sentences, args.word, layer)
+    print(f"Model: {describe_model(args.model)}")
+    print(f'Cosine similarity of "{args.word}" in context ({layer_name}):')
+    print()
+    print(format_similarity_table(args.word, labels, sim))
+    print()
+    off_diagonal = [float(sim0[i, j]) for i in range(len(labels)) for j in range(len(labels)) if i != j]
+    low = min(off_diagonal) if off_diagonal else 1.0
+    same = "1.000 for every pair" if low > 0.99995 else f"at least {low:.3f} for every pair"
+    print(f"Layer 0 (characters only, no context) gives {same}: the differences above come from the context.")
+    if not args.sentences:
+        within = (float(sim[0, 1]) + float(sim[2, 3])) / 2
+        across = float(sim[:2, 2:].mean())
+        print(f"Same sense (river/river, money/money): {within:.3f} on average; river vs money: {across:.3f}.")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Delegated subcommands and the parser
+# ---------------------------------------------------------------------------------------------
+
+
+def run_delegated(command: str, argv: list[str]) -> int:
+    """Run ``module.main(argv)`` of a delegated subcommand, with clear errors when it cannot be imported."""
+    module_name, _ = DELEGATED[command]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name == module_name:
+            raise CliError(
+                f"`elmo {command}` needs {module_name}, which this installation does not have "
+                "(update the package: pip install -e .)"
+            ) from err
+        raise CliError(
+            f"`elmo {command}` needs the package {err.name!r}: install the training extras with "
+            'pip install -e ".[train]"'
+        ) from err
+    main_function = getattr(module, "main", None)
+    if main_function is None:
+        raise CliError(f"{module_name} has no main(argv) function")
+    try:
+        code = main_function(argv)
+    except SystemExit as exit_:  # argparse's --help and usage errors
+        code = exit_.code
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="elmo",
+        description="ELMo from the command line: convert weights, embed text, compare words in context, train.",
+        epilog=(
+            "Without --model, embed and similar use the bundled demo model (a toy-sized biLM trained on "
+            "WikiText-2 by this project, not the released ELMo). Exit codes: 0 ok, 1 error, 2 usage."
+        ),
+    )
+    parser.add_argument("--version", action="store_true", help="print the package version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
+    for name, (_, help_text) in DELEGATED.items():
+        sub.add_parser(name, help=f"{help_text} (options: elmo {name} --help)", add_help=False)
+
+    embed = sub.add_parser(
+        "embed",
+        help="embed sentences from a text file or stdin into an HDF5 file",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""Embed text into an HDF5 file of ELMo vectors.
+
+Input: one sentence per line (default; line i is dataset "i", empty lines give sentences of zero
+words), or with --raw free text: paragraphs (separated by blank lines) split into sentences at . ! ?
+followed by a capitalised word (simple rules; abbreviations such as Mr. and e.g. do not end a sentence).
+Each sentence is split into words by the model's tokenizer.
+
+Output (HDF5), dataset str(i) for sentence i (0-based), float32:
+  layers: (L + 1, words, 2P), all biLM layers, the original "dump biLM embeddings" layout
+  elmo:   (words, 2P), the model's scalar mix (untrained: the mean of the layers)
+  mean:   (2P,), the mean of the ELMo vectors over the words (zeros for an empty sentence)
+plus a dataset "words": row i is sentence i's words joined by single spaces (.split() gives them back),
+and file attributes output_type, model, num_layers, dim, num_sentences, input_format.
+
+The file is written under a temporary name and renamed when complete: a failed run leaves no file.
+Several processes: accelerate launch --multi_gpu --num_processes N -m modeling_elmo.cli embed FILE -o OUT
+(also on CPU; or torchrun --nproc_per_node N -m modeling_elmo.cli embed ...). Each process embeds every
+N-th sentence into a part file; process 0 merges them in input order and deletes the parts.""",
+    )
+    embed.add_argument("input", nargs="?", default="-", help="UTF-8 text file; - or nothing reads stdin")
+    embed.add_argument(
+        "-o", "--output", default="elmo_embeddings.hdf5", help="HDF5 file to write (default: %(default)s)"
+    )
+    embed.add_argument("--output-type", choices=OUTPUT_TYPES, default="layers", help="what to store (default: layers)")
+    embed.add_argument("--raw", action="store_true", help="input is free text to split into sentences")
+    embed.add_argument("--model", help="model folder or Hub id (default: the bundled demo model)")
+    embed.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1, mps")
+    embed.add_argument("--batch-size", type=int, default=64, help="most sentences per batch (default: %(default)s)")
+    embed.add_argument(
+        "--max-batch-words", type=int, default=4096, help="most padded word slots per batch (default: %(default)s)"
+    )
+    embed.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    embed.add_argument("--no-progress", action="store_true", help="no progress bar")
+    embed.set_defaults(func=run_embed)
+
+    similar = sub.add_parser(
+        "similar",
+        help='compare one word\'s vectors in different sentences (the "bank" demo)',
+        description=(
+            "Print the cosine similarities of WORD's contextual vectors across sentences: the same word gets "
+            "different ELMo vectors in different contexts. Without sentences, compares 'bank' in two river "
+            "and two money sentences."
+        ),
+    )
+    similar.add_argument("sentences", nargs="*", help="two or more sentences that contain WORD (default: 4 examples)")
+    similar.add_argument("--word", default="bank", help="the word to compare (default: %(default)s)")
+    similar.add_argument(
+        "--layer", default="top", help="top (default), elmo (the scalar mix) or a layer number 0..L (0: characters)"
+    )
+    similar.add_argument("--model", help="model folder or Hub id (default: the bundled demo model)")
+    similar.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, mps")
+    similar.set_defaults(func=run_similar)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``elmo`` command; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in DELEGATED:
+            return run_delegated(argv[0], argv[1:])
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exit_:
+            return exit_.code if isinstance(exit_.code, int) else 2
+        if args.version:
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                print(f"elmo {version('modeling-elmo')}")
+            except PackageNotFoundError:
+                print("elmo (package not installed)")
+            return 0
+        if args.command is None:
+            parser.print_help(sys.stderr)
+            return 2
+        return args.func(args)
+    except CliError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except OSError as err:  # writing the output, reading the input...
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

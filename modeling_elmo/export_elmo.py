@@ -1,0 +1,196 @@
+"""Export ELMo for stateless inference: ``torch.export`` and ONNX, with dynamic batch size and sentence length.
+
+[`ElmoModel`] runs the biLSTM on packed steps whose count depends on the sentence lengths (a Python loop), and
+its character encoder skips positions past the longest word: both are data-dependent control flow that an
+exported graph cannot hold. [`ElmoExportWrapper`] computes the same function with a fixed structure:
+
+- the character CNN over all ``C`` positions of every word slot;
+- ``<S>``/``</S>`` placed by comparisons with the lengths (no indexing by Python ints);
+- each biLSTM layer as one ``scan`` (``torch._higher_order_ops.scan``) over all ``T = W + 2`` steps, both
+  directions at once; the backward direction reads each sentence reversed within its length, so the steps past
+  a sentence's end come after its real steps and never reach them. They are zeroed at the end.
+
+Outputs equal the eager model's on the words (about 1e-6); padded positions are exactly zero.
+
+    wrapper = ElmoExportWrapper(model).eval()
+    program = export_program(wrapper)                 # torch.export.ExportedProgram
+    export_onnx(wrapper, "elmo.onnx")                 # inputs input_ids, attention_mask; outputs elmo, layers
+
+Stateless only (``config.stateful`` is ignored): every sentence starts from zero states.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+INPUT_NAMES = ("input_ids", "attention_mask")
+OUTPUT_NAMES = ("elmo", "layers")
+
+
+def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each row of ``x (B, T, ...)`` within its length; positions past the length stay put."""
+    steps = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+    index = torch.where(steps < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - steps, steps)
+    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
+
+
+def _scan():
+    try:
+        from torch._higher_order_ops import scan
+    except ImportError as error:  # older torch
+        message = f"exporting ELMo needs torch with torch._higher_order_ops.scan (torch >= 2.6): {error}"
+        raise RuntimeError(message) from error
+    return scan
+
+
+class ElmoExportWrapper(nn.Module):
+    """An [`ElmoModel`]'s stateless forward pass with no data-dependent Python control flow.
+
+    Shares the model's parameters (no copy). ``forward(input_ids (B, W, C) int64, attention_mask (B, W) int64)``
+    returns ``elmo`` ``(B, W, 2P)`` (the first scalar mix, or the mean of the layers if the model has none) and
+    ``layers`` ``(L + 1, B, W, 2P)`` (``[x; x]``, then ``[forward_h; backward_h]`` of each LSTM layer), both zero
+    at padded words. The attention mask must be right-padded (1 for words, then 0).
+    """
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        if getattr(model, "char_cnn", None) is None or getattr(model, "bilm", None) is None:
+            raise TypeError(f"ElmoExportWrapper wraps an ElmoModel, got {type(model).__name__}")
+        self.model = model
+        self.config = model.config
+
+    def _encode_characters(self, ids: torch.Tensor) -> torch.Tensor:
+        """``(B, T, C)`` character ids -> ``(B, T, P)``: the character CNN over all positions."""
+        cnn = self.model.char_cnn
+        batch, steps, chars = ids.shape
+        embedded = cnn.char_embedding(ids.reshape(batch * steps, chars)).transpose(1, 2)  # (N, dim, C)
+        # max over positions, then the activation (same as the original's order: relu and tanh are monotonic)
+        x = torch.cat([cnn.activation(conv(embedded).amax(dim=-1)) for conv in cnn.convolutions], dim=-1)
+        for highway in cnn.highways:
+            x = highway(x)
+        return cnn.projection(x).reshape(batch, steps, -1)
+
+    def _run_layer(self, layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+        """One biLSTM layer, both directions: ``(2, B, T, P)`` -> ``(2, B, T, P)`` (index 1 reversed in time)."""
+        _, batch, steps, width = inputs.shape
+        d = layer.projection.shape[1]
+        bias = layer.bias + F.pad(layer.bias.new_ones(d), (2 * d, d))  # TensorFlow's forget bias 1
+        gates_in = torch.baddbmm(bias.unsqueeze(1), inputs.reshape(2, batch * steps, width), layer.input_kernel)
+        gates_in = gates_in.reshape(2, batch, steps, 4 * d).permute(2, 0, 1, 3)  # (T, 2, B, 4D)
+        state_kernel, projection = layer.state_kernel, layer.projection
+        cell_clip, proj_clip = layer.cell_clip, layer.proj_clip
+
+        def step(carry, gates_t):
+            h, c = carry
+            gates = gates_t + torch.bmm(h, state_kernel)
+            i, j, f, o = gates.chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
+            if cell_clip is not None:
+                c = c.clamp(-cell_clip, cell_clip)
+            h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), projection)
+            if proj_clip is not None:
+                h = h.clamp(-proj_clip, proj_clip)
+            return (h, c), h.clone()  # scan forbids an output aliasing the carry
+
+        init = (inputs.new_zeros(2, batch, width), inputs.new_zeros(2, batch, d))
+        _, outputs = _scan()(step, init, gates_in)  # (T, 2, B, P)
+        outputs = outputs.permute(1, 2, 0, 3)
+        return outputs + inputs if layer.residual else outputs
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch, words, chars = input_ids.shape
+        mask = attention_mask.to(torch.bool)
+        lengths = mask.sum(dim=1)  # (B,)
+        positions = torch.arange(words + 2, device=input_ids.device).unsqueeze(0)  # (1, T)
+        # <S> w_1 .. w_n </S> 0 .. 0: the words shifted by one, </S> where the position is n + 1.
+        bos, eos = self.model._boundary_ids.to(input_ids.dtype)
+        ids = torch.cat(
+            [
+                bos.expand(batch, 1, chars),
+                input_ids * mask.unsqueeze(-1).to(input_ids.dtype),
+                input_ids.new_zeros(batch, 1, chars),
+            ],
+            dim=1,
+        )
+        ids = torch.where((positions == (lengths + 1).unsqueeze(1)).unsqueeze(-1), eos, ids)
+        steps = lengths + 2
+        present = (positions < steps.unsqueeze(1)).unsqueeze(-1)  # (B, T, 1)
+
+        tokens = self._encode_characters(ids) * present.to(self.model.dtype)  # (B, T, P)
+        inputs = torch.stack([tokens, _reverse_padded(tokens, steps)])  # (2, B, T, P)
+        layers = [torch.cat([tokens, tokens], dim=-1)]
+        for layer in self.model.bilm.layers:
+            inputs = self._run_layer(layer, inputs)
+            layers.append(torch.cat([inputs[0], _reverse_padded(inputs[1], steps)], dim=-1))
+
+        keep = mask.unsqueeze(-1).to(tokens.dtype)
+        layers = [layer[:, 1 : words + 1] * keep for layer in layers]
+        if len(self.model.scalar_mixes) > 0:
+            elmo = self.model.scalar_mixes[0](layers, mask)
+        else:
+            elmo = torch.stack(layers).mean(dim=0)
+        return elmo, torch.stack(layers)
+
+
+def example_inputs(config, batch: int = 2, words: int = 5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random ``(input_ids (batch, words, C), attention_mask (batch, words))`` with different lengths per row."""
+    from .characters import word_to_char_ids
+
+    generator = torch.Generator().manual_seed(seed)
+    lengths = [words] + [int(torch.randint(1, words + 1, (1,), generator=generator)) for _ in range(batch - 1)]
+    ids = torch.zeros(batch, words, config.max_characters_per_token, dtype=torch.long)
+    mask = torch.zeros(batch, words, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        for position in range(length):
+            size = int(torch.randint(1, 8, (1,), generator=generator))
+            word = "".join(chr(97 + int(v)) for v in torch.randint(0, 26, (size,), generator=generator))
+            ids[row, position] = torch.tensor(word_to_char_ids(word, config.max_characters_per_token))
+            mask[row, position] = 1
+    return ids, mask
+
+
+def _dynamic_shapes():
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    words = torch.export.Dim("words", min=1, max=4096)
+    return {"input_ids": {0: batch, 1: words}, "attention_mask": {0: batch, 1: words}}
+
+
+def export_program(wrapper: ElmoExportWrapper, example: tuple[torch.Tensor, torch.Tensor] | None = None):
+    """``torch.export.export`` of the wrapper with dynamic batch size and number of words.
+
+    Use an example with at least 2 sentences and 2 words (size-1 dimensions are specialised by ``torch.export``).
+    """
+    example = example if example is not None else example_inputs(wrapper.config, batch=2, words=3)
+    with torch.no_grad():
+        return torch.export.export(wrapper.eval(), example, dynamic_shapes=_dynamic_shapes())
+
+
+def export_onnx(
+    wrapper: ElmoExportWrapper, path: str | os.PathLike, example: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> str:
+    """Write an ONNX file (the ``torch.onnx`` dynamo exporter; the time loop becomes an ONNX ``Scan``).
+
+    Inputs ``input_ids`` ``(batch, words, C)`` int64 and ``attention_mask`` ``(batch, words)`` int64; outputs
+    ``elmo`` and ``layers`` as [`ElmoExportWrapper`]. Needs the ``onnx`` and ``onnxscript`` packages. Returns the path.
+    """
+    program = export_program(wrapper, example)
+    example = example if example is not None else example_inputs(wrapper.config, batch=2, words=3)
+    onnx_program = torch.onnx.export(
+        program,
+        example,
+        input_names=list(INPUT_NAMES),
+        output_names=list(OUTPUT_NAMES),
+        dynamic_shapes=_dynamic_shapes(),
+        dynamo=True,
+        external_data=False,
+        verbose=False,
+    )
+    onnx_program.save(os.fspath(path))
+    return os.fspath(path)
+
+
+__all__ = ["ElmoExportWrapper", "example_inputs", "export_onnx", "export_program"]

@@ -1,0 +1,209 @@
+"""Data for training the biLM: plain text -> word windows -> batches for [`ElmoForPreTraining`].
+
+Not part of the model code that travels with a saved folder (it needs ``datasets``).
+
+Pipeline::
+
+    text files --load_dataset("text")--> lines --tokenizer.tokenize--> words
+        --build_vocab--> bilm-tf vocabulary (<S>, </S>, <UNK>, then by descending frequency)
+        --make_windows--> {"words": <= max_words words, "labels": their vocabulary ids,
+                            "boundary_labels": [target before the window, target after it]}
+        --ElmoLMCollator--> input_ids (B, W, 50), attention_mask (B, W), labels (B, W) (-100 padding),
+                            boundary_labels (B, 2)
+
+The dataset keeps words, not character ids (50 ints per word): the collator computes those per batch.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+
+from .softmax_elmo import IGNORE_INDEX
+from .tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN
+
+TEXT_FORMATS = ("sentences", "raw")
+
+
+def build_vocab(sentences: Iterable[Sequence[str]], min_count: int = 1, max_vocab: int | None = None) -> list[str]:
+    """A bilm-tf vocabulary: ``<S>``, ``</S>``, ``<UNK>``, then the words by descending count.
+
+    Ties are broken alphabetically, so the result does not depend on the order of the corpus (and every
+    process of a distributed run builds the same one).
+
+    Args:
+        sentences: lists of words.
+        min_count: keep words seen at least this often.
+        max_vocab: at most this many entries, the three special words included (``None``: no limit).
+
+    Returns:
+        The words by id.
+    """
+    if min_count < 1:
+        raise ValueError(f"min_count must be >= 1, got {min_count}")
+    if max_vocab is not None and max_vocab < len(BILM_SPECIAL_WORDS) + 1:
+        raise ValueError(f"max_vocab must be at least {len(BILM_SPECIAL_WORDS) + 1} (the special words and one word)")
+    counts: Counter[str] = Counter()
+    for words in sentences:
+        counts.update(words)
+    for special in BILM_SPECIAL_WORDS:
+        counts.pop(special, None)
+    ranked = sorted((word for word, n in counts.items() if n >= min_count), key=lambda w: (-counts[w], w))
+    if max_vocab is not None:
+        ranked = ranked[: max_vocab - len(BILM_SPECIAL_WORDS)]
+    return list(BILM_SPECIAL_WORDS) + ranked
+
+
+def write_vocab(words: Sequence[str], path: str | os.PathLike) -> None:
+    """Write a vocabulary as a bilm-tf vocabulary file (one word per line, by id)."""
+    bad = [word for word in words if "\n" in word or "\r" in word or not word]
+    if bad:
+        raise ValueError(f"vocabulary words cannot be empty or contain line breaks: {bad[:3]!r}")
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        handle.write("".join(word + "\n" for word in words))
+
+
+def make_windows(
+    sentences: Sequence[Sequence[str]],
+    vocab: dict[str, int],
+    max_words: int = 20,
+    stream: bool = False,
+) -> dict[str, list]:
+    """Cut sentences into training windows of at most ``max_words`` words.
+
+    Args:
+        sentences: lists of words (empty ones are skipped).
+        vocab: word -> id, with ``<S>``, ``</S>``, ``<UNK>``; unknown words get ``<UNK>``'s id.
+        max_words: words per window (20 as the original).
+        stream: False: each sentence is cut on its own (a sentence of 45 words gives windows of 20,
+            20 and 5). True (raw text): the sentences are one stream of words, cut every ``max_words``.
+
+    Returns:
+        Columns ``words``, ``labels`` (ids of the words) and ``boundary_labels`` (per window, the id of the
+        word before it and of the word after it; ``<S>``/``</S>`` at the ends of a sentence or stream), the
+        targets of the backward direction at the window's first word and of the forward one at its last.
+    """
+    if max_words < 1:
+        raise ValueError(f"max_words must be >= 1, got {max_words}")
+    unk, bos, eos = vocab[UNK_TOKEN], vocab[BOS_TOKEN], vocab[EOS_TOKEN]
+    pieces = [list(words) for words in sentences if len(words)]
+    if stream:
+        pieces = [[word for words in pieces for word in words]] if pieces else []
+    out: dict[str, list] = {"words": [], "labels": [], "boundary_labels": []}
+    for words in pieces:
+        ids = [vocab.get(word, unk) for word in words]
+        for start in range(0, len(words), max_words):
+            end = min(start + max_words, len(words))
+            out["words"].append(words[start:end])
+            out["labels"].append(ids[start:end])
+            out["boundary_labels"].append([ids[start - 1] if start else bos, ids[end] if end < len(words) else eos])
+    return out
+
+
+def load_lm_datasets(
+    tokenizer,
+    train_files: Sequence[str] | None,
+    eval_files: Sequence[str] | None = None,
+    vocab: dict[str, int] | None = None,
+    text_format: str = "sentences",
+    max_words: int = 20,
+    min_count: int = 1,
+    max_vocab: int | None = None,
+    num_proc: int | None = None,
+    cache_dir: str | None = None,
+    main_process_first=None,
+):
+    """Read text files into window datasets (see the module docstring).
+
+    Args:
+        tokenizer: an [`ElmoTokenizer`]; its ``tokenize`` splits lines into words.
+        train_files, eval_files: plain-text files (UTF-8).
+        vocab: word -> id; ``None``: built from the training files (``build_vocab``).
+        text_format: ``"sentences"`` (one sentence per line) or ``"raw"`` (lines are running text: the
+            words of consecutive lines, per ``datasets.map`` batch of 1000 lines, are one stream cut into windows).
+        max_words, min_count, max_vocab: see ``make_windows`` and ``build_vocab``.
+        num_proc: processes for ``datasets.map``.
+        cache_dir: the ``datasets`` cache.
+        main_process_first: a context manager factory (``TrainingArguments.main_process_first``) so that
+            in a distributed run the main process fills the cache first.
+
+    Returns:
+        ``(datasets.DatasetDict with "train" and/or "validation", vocab as a list of words by id)``.
+    """
+    from contextlib import nullcontext
+
+    import datasets
+
+    if text_format not in TEXT_FORMATS:
+        raise ValueError(f"text_format must be one of {TEXT_FORMATS}, got {text_format!r}")
+    data_files = {}
+    for split, files in (("train", train_files), ("validation", eval_files)):
+        if files:
+            missing = [f for f in files if not os.path.isfile(f)]
+            if missing:
+                raise FileNotFoundError(f"{split} file(s) not found: {', '.join(missing)}")
+            data_files[split] = list(files)
+    if not data_files:
+        raise ValueError("no text files given")
+    first = main_process_first or (lambda desc="": nullcontext())
+
+    def split_words(batch: dict[str, list]) -> dict[str, list]:
+        return {"words": [tokenizer.tokenize(line) for line in batch["text"]]}
+
+    with first(desc="reading and splitting the text"):
+        raw = datasets.load_dataset("text", data_files=data_files, cache_dir=cache_dir)
+        words = raw.map(split_words, batched=True, num_proc=num_proc, remove_columns=["text"], desc="Splitting words")
+
+    if vocab is None:
+        if "train" not in words:
+            raise ValueError("building a vocabulary needs training files (or give a vocabulary file)")
+        vocab_words = build_vocab(
+            (w for batch in words["train"].iter(batch_size=10_000) for w in batch["words"]), min_count, max_vocab
+        )
+        vocab = {word: index for index, word in enumerate(vocab_words)}
+    else:
+        vocab_words = sorted(vocab, key=vocab.__getitem__)
+
+    def windows(batch: dict[str, list]) -> dict[str, list]:
+        return make_windows(batch["words"], vocab, max_words=max_words, stream=text_format == "raw")
+
+    with first(desc="cutting windows"):
+        windowed = words.map(windows, batched=True, num_proc=num_proc, remove_columns=["words"], desc="Windows")
+    return windowed, vocab_words
+
+
+class ElmoLMCollator:
+    """Batches of windows for [`ElmoForPreTraining`].
+
+    Features: dicts with ``words`` (list of str), ``labels`` (their vocabulary ids) and optionally
+    ``boundary_labels`` (2 ids). Returns ``input_ids (B, W, C)``, ``attention_mask (B, W)``, ``labels (B, W)``
+    padded with -100, and ``boundary_labels (B, 2)`` when the features have them.
+    """
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        words = [list(f["words"]) for f in features]
+        encoded = self.tokenizer(words, is_split_into_words=True, padding=True, return_tensors="pt")
+        input_ids = encoded["input_ids"]
+        if input_ids.dim() != 3:  # only empty windows: (B, 0)
+            input_ids = input_ids.reshape(len(words), -1, self.tokenizer.max_characters_per_token)
+        attention_mask = encoded["attention_mask"].reshape(input_ids.shape[:2])
+        labels = torch.full(input_ids.shape[:2], IGNORE_INDEX, dtype=torch.long)
+        for row, feature in enumerate(features):
+            ids = list(feature["labels"])
+            if len(ids) != len(words[row]):
+                raise ValueError(f"feature {row}: {len(words[row])} words but {len(ids)} labels")
+            labels[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+        if features and "boundary_labels" in features[0]:
+            batch["boundary_labels"] = torch.tensor([list(f["boundary_labels"]) for f in features], dtype=torch.long)
+        return batch
+
+
+__all__ = ["ElmoLMCollator", "TEXT_FORMATS", "build_vocab", "load_lm_datasets", "make_windows", "write_vocab"]

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Trains the demo model bundled in modeling_elmo/demo_model: a toy-sized biLM (preset "tiny": 2 layers,
+# LSTM 256, projection 64, 5 small char-CNN filters) that the project's own LM command trains on the
+# WikiText-2 text in ../shared/data (train: valid.txt, perplexity: test.txt; the text is not in the repo).
+# It is not the released ELMo. A fixed number of steps (450 batches of 32 windows of <= 20 words, 1.2
+# passes over valid.txt), so that the result does not depend on the machine's speed: 2.5 minutes of
+# training on an idle 2-core CPU (148 s; about 8 minutes when other jobs share the CPU), perplexity 371 on
+# test.txt (its first 1000 windows; demo_model/eval_results.json).
+#
+#   bash scripts/train_demo_model.sh            # ELMO_SHARED_DIR=/path/to/shared to read the data elsewhere
+#
+# Then the folder keeps only the ElmoModel part (the LM softmax is left out), the tokenizer and the
+# perplexities, with no code files (it is package data, not a Python package).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DATA="${ELMO_SHARED_DIR:-../shared}/data/wikitext-2"
+WORK="${ELMO_DEMO_WORK_DIR:-${TMPDIR:-/tmp}/elmo-demo-lm}"
+OUT="${ELMO_DEMO_OUT:-modeling_elmo/demo_model}"
+test -f "$DATA/valid.txt" || { echo "error: $DATA/valid.txt not found (set ELMO_SHARED_DIR)" >&2; exit 1; }
+
+# ELMO_DEMO_EXPORT_ONLY=1: skip training, only rebuild the package folder from an earlier run in $WORK.
+[ "${ELMO_DEMO_EXPORT_ONLY:-0}" = 1 ] || python -m modeling_elmo.train_lm \
+    --train_file "$DATA/valid.txt" --eval_file "$DATA/test.txt" --max_eval_samples 1000 \
+    --no-split_punctuation --max_vocab 10000 \
+    --preset tiny --num_samples 1024 \
+    --optimizer adamw --learning_rate 2e-3 --max_steps 450 --per_device_train_batch_size 32 \
+    --seed 0 --logging_steps 25 --save_steps 100000 --disable_tqdm \
+    --output_dir "$WORK" --overwrite_output_dir
+
+python - "$WORK" "$OUT" <<'PY'
+"""Keep the ElmoModel part of the trained folder, the tokenizer and the perplexities; no code, no auto_map."""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from modeling_elmo import ElmoModel, ElmoTokenizer
+
+work, out = sys.argv[1], sys.argv[2]
+staging = tempfile.mkdtemp(prefix=".demo_model.", dir=os.path.dirname(os.path.abspath(out)))
+ElmoModel.from_pretrained(work).save_pretrained(staging)
+# WikiText-2 is already tokenized (hence --no-split_punctuation in training); users give raw text, which the
+# shipped tokenizer splits like the training text ("bank." -> bank .). Characters, not word ids, feed the model.
+ElmoTokenizer.from_pretrained(work, split_punctuation=True).save_pretrained(staging)
+for name in os.listdir(staging):
+    if name.endswith(".py") or name == "README.md":
+        os.remove(os.path.join(staging, name))
+for name in ("config.json", "tokenizer_config.json"):
+    path = os.path.join(staging, name)
+    with open(path) as f:
+        data = json.load(f)
+    data.pop("auto_map", None)
+    with open(path, "w") as f:
+        json.dump(data, f, indent=2, sort_keys=True)
+        f.write("\n")
+with open(os.path.join(work, "eval_results.json")) as f:
+    results = json.load(f)
+with open(os.path.join(staging, "eval_results.json"), "w") as f:
+    json.dump(results, f, indent=2, sort_keys=True)
+    f.write("\n")
+ppl = results.get("eval_perplexity", results.get("perplexity"))
+with open(os.path.join(staging, "README.md"), "w") as f:
+    f.write(
+        "# The demo model of modeling_elmo\n\n"
+        "A toy-sized ELMo biLM (2 layers, LSTM 256, projection 64) trained by this project's own LM command "
+        "(`scripts/train_demo_model.sh`) on WikiText-2 (valid.txt: 450 steps of 32 windows of <= 20 words, 1.2 passes), "
+        f"perplexity {ppl:.0f} on the first 1000 windows of test.txt. Not the released ELMo: for real use, "
+        "convert the original weights with `elmo convert`.\n"
+    )
+os.chmod(staging, 0o755)  # mkdtemp makes it private; package data should be readable by all
+for name in os.listdir(staging):
+    os.chmod(os.path.join(staging, name), 0o644)
+if os.path.exists(out):
+    shutil.rmtree(out)
+os.replace(staging, out)
+print(f"wrote {out}: {sorted(os.listdir(out))}")
+PY
+ls -la "$OUT"

@@ -1,0 +1,370 @@
+"""Tests of the biLM language-model head (ElmoForPreTraining), its data pipeline and the train_lm command.
+
+Everything runs on tiny models and corpora generated here (a small template grammar), on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from modeling_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
+from modeling_elmo.lm_data import ElmoLMCollator, build_vocab, make_windows
+from modeling_elmo.modeling_elmo_pretraining import shift_labels
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = dict(lstm_dim=32, projection_dim=8, char_cnn_filters=[[1, 4], [2, 4]], n_highway=1, char_embedding_dim=4)
+# The same sizes as command-line flags (one LSTM layer: the command tests are about the pipeline, not depth).
+TINY_FLAGS = [
+    "--lstm_dim", "16", "--projection_dim", "8", "--n_layers", "1", "--n_highway", "1",
+    "--char_embedding_dim", "4", "--char_cnn_filters", "1:4,2:4",
+]  # fmt: skip
+
+SUBJECTS = ["the cat", "a dog", "my friend", "the old man", "her sister"]
+VERBS = ["sees", "likes", "finds", "eats", "hears"]
+OBJECTS = ["the fish", "a ball", "the red car", "some bread", "a small house"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Tiny tensors: thread hand-offs cost more than they save (and the machine is shared).
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _sentences(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [f"{rng.choice(SUBJECTS)} {rng.choice(VERBS)} {rng.choice(OBJECTS)} ." for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("corpus")
+    paths = {}
+    for name, n, seed in (("train", 240, 0), ("eval", 24, 1)):
+        paths[name] = str(folder / f"{name}.txt")
+        with open(paths[name], "w", encoding="utf-8") as f:
+            f.write("\n".join(_sentences(n, seed)) + "\n")
+    return paths
+
+
+def _vocab() -> dict[str, int]:
+    words = build_vocab(s.split() for s in _sentences(200, 0))
+    return {w: i for i, w in enumerate(words)}
+
+
+def _model(vocab_size: int, seed: int = 0, **overrides) -> ElmoForPreTraining:
+    torch.manual_seed(seed)
+    config = ElmoConfig(**TINY, lm_vocab_size=vocab_size, **{"lm_dropout": 0.0, **overrides})
+    return ElmoForPreTraining(config)
+
+
+def _batch(tokenizer: ElmoTokenizer, sentences: list[str]) -> dict[str, torch.Tensor]:
+    enc = tokenizer(sentences, padding=True, return_vocab_ids=True, return_tensors="pt")
+    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": enc["vocab_ids"]}
+
+
+def _run_main(argv: list[str]) -> None:
+    from modeling_elmo.train_lm import main
+
+    assert main(argv) == 0
+
+
+def _results(folder: str) -> dict:
+    with open(os.path.join(folder, "eval_results.json")) as f:
+        return json.load(f)
+
+
+# --------------------------------------------------------------------------------------------------
+# (a) The head's shifting against a plain loop over words
+
+
+def test_head_losses_match_a_loop_over_words():
+    vocab = _vocab()
+    tokenizer = ElmoTokenizer(vocab=vocab)
+    model = _model(len(vocab)).eval()
+    with torch.no_grad():
+        model.softmax.bias.normal_()  # a non-zero bias is part of the check
+    sentences = ["the cat sees a ball .", "a dog eats", "unknownword likes the fish ."]
+    batch = _batch(tokenizer, sentences)
+    batch["labels"][2, 3] = -100  # an ignored word: no target points at it
+    out = model(**batch, return_logits=True, output_hidden_states=True)
+
+    bos, eos = vocab["<S>"], vocab["</S>"]
+    top = out.hidden_states[-1]
+    p = model.config.projection_dim
+    forward_terms, backward_terms = [], []
+    for row, n in enumerate(batch["attention_mask"].sum(1).tolist()):
+        ids = batch["labels"][row, :n].tolist()
+        for k in range(n):
+            forward_target = ids[k + 1] if k + 1 < n else eos
+            backward_target = ids[k - 1] if k > 0 else bos
+            forward_logits = top[row, k, :p] @ model.softmax.weight.t() + model.softmax.bias
+            backward_logits = top[row, k, p:] @ model.softmax.weight.t() + model.softmax.bias
+            assert torch.allclose(out.forward_logits[row, k], forward_logits, atol=1e-5)
+            assert torch.allclose(out.backward_logits[row, k], backward_logits, atol=1e-5)
+            if forward_target != -100:
+                forward_terms.append(F.cross_entropy(forward_logits[None], torch.tensor([forward_target])))
+            if backward_target != -100:
+                backward_terms.append(F.cross_entropy(backward_logits[None], torch.tensor([backward_target])))
+    assert ids[0] == vocab["<UNK>"]  # out-of-vocabulary word: <UNK>
+    assert len(forward_terms) == len(backward_terms) == 6 + 3 + 5 - 1
+    forward_loss = torch.stack(forward_terms).mean()
+    backward_loss = torch.stack(backward_terms).mean()
+    torch.testing.assert_close(out.forward_loss, forward_loss, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.backward_loss, backward_loss, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.loss, (forward_loss + backward_loss) / 2, atol=1e-5, rtol=1e-5)
+    assert out.forward_logits.shape == (3, 6, len(vocab))
+
+    # Exact per-sentence sums agree with the batch means.
+    sums, counts = model.sentence_losses(**batch)
+    torch.testing.assert_close(sums.sum(0) / counts.sum(0), torch.stack([forward_loss, backward_loss]))
+
+
+def test_shift_labels_boundaries_and_padding():
+    labels = torch.tensor([[5, 6, 7], [8, -100, -100], [-100, -100, -100]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0], [0, 0, 0]]).bool()
+    forward, backward = shift_labels(labels, mask, bos_id=0, eos_id=1)
+    assert forward.tolist() == [[6, 7, 1], [1, -100, -100], [-100] * 3]
+    assert backward.tolist() == [[0, 5, 6], [0, -100, -100], [-100] * 3]
+    forward, backward = shift_labels(labels, mask, 0, 1, boundary_labels=torch.tensor([[9, 4], [-100, 3], [0, 1]]))
+    assert forward.tolist() == [[6, 7, 4], [3, -100, -100], [-100] * 3]
+    assert backward.tolist() == [[9, 5, 6], [-100, -100, -100], [-100] * 3]
+
+
+def test_bad_inputs_raise_clear_errors():
+    vocab = _vocab()
+    model = _model(len(vocab))
+    batch = _batch(ElmoTokenizer(vocab=vocab), ["the cat sees", "a dog"])
+    with pytest.raises(ValueError, match="labels must be word ids in"):
+        model(**{**batch, "labels": batch["labels"].masked_fill(batch["labels"] >= 0, len(vocab))})
+    with pytest.raises(ValueError, match="labels must be \\(batch, words\\)"):
+        model(**{**batch, "labels": batch["labels"][:, :2]})
+    with pytest.raises(ValueError, match="lm_vocab_size >= 1"):
+        ElmoForPreTraining(ElmoConfig(**TINY))
+    with pytest.raises(ValueError, match="stateless"):
+        ElmoForPreTraining(ElmoConfig(**TINY, lm_vocab_size=5, stateful=True))
+    with pytest.raises(ValueError, match="lm_num_samples must be a non-negative"):
+        ElmoConfig(**TINY, lm_num_samples=-1)
+
+
+# --------------------------------------------------------------------------------------------------
+# (b) Sampled softmax with every word sampled is the full softmax; bounded memory with a big vocabulary
+
+
+def test_sampled_loss_with_all_words_equals_full_loss_through_the_head():
+    vocab = _vocab()
+    batch = _batch(ElmoTokenizer(vocab=vocab), ["the cat sees a ball .", "a dog eats", "her sister"])
+    model = _model(len(vocab), lm_num_samples=len(vocab) + 3)
+    sampled = model.train()(**batch)
+    full = model.eval()(**batch)
+    torch.testing.assert_close(sampled.forward_loss, full.forward_loss)
+    torch.testing.assert_close(sampled.backward_loss, full.backward_loss)
+    torch.testing.assert_close(sampled.loss, full.loss)
+
+
+def test_sampled_training_never_builds_batch_by_vocab():
+    vocab_size, samples = 200_000, 64
+    model = _model(vocab_size, lm_num_samples=samples, lm_dropout=0.1).train()
+    tokenizer = ElmoTokenizer()
+    batch = tokenizer(["a b c d e", "f g h", "i j k l"], padding=True, return_tensors="pt")
+    labels = torch.randint(0, vocab_size, batch["attention_mask"].shape).masked_fill(batch["attention_mask"] == 0, -100)
+    rows = labels.numel()
+
+    largest = 0
+
+    def pack(tensor):
+        nonlocal largest
+        largest = max(largest, tensor.numel())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        out = model(**batch, labels=labels)
+    out.loss.backward()
+    assert out.forward_logits is None and torch.isfinite(out.loss)
+    # Nothing of size (B, W, V) (here 60 * 200k) is kept; the softmax weight (V, P) itself is the largest.
+    assert largest <= vocab_size * model.config.projection_dim < rows * vocab_size
+    assert (model.softmax.weight.grad != 0).any(1).sum() <= 2 * rows + samples
+
+
+# --------------------------------------------------------------------------------------------------
+# (c) Trainer steps lower the full-softmax perplexity; evaluate reports the three perplexities
+
+
+def test_trainer_lowers_full_softmax_perplexity(tmp_path):
+    import datasets
+    from transformers import TrainingArguments
+
+    from modeling_elmo.train_lm import ElmoPreTrainingTrainer
+
+    vocab = _vocab()
+    tokenizer = ElmoTokenizer(vocab=vocab)
+    windows = lambda sents: datasets.Dataset.from_dict(make_windows([s.split() for s in sents], vocab))  # noqa: E731
+    model = _model(len(vocab), lm_num_samples=8, lm_dropout=0.1)  # sampled in training (V = 24)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=100,
+        per_device_train_batch_size=16,
+        learning_rate=2e-2,
+        optim="adamw_torch",
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        logging_steps=100,
+        seed=0,
+    )
+    trainer = ElmoPreTrainingTrainer(
+        model=model,
+        args=args,
+        train_dataset=windows(_sentences(200, 0)),
+        eval_dataset=windows(_sentences(24, 1)),
+        data_collator=ElmoLMCollator(tokenizer),
+    )
+    before = trainer.evaluate()
+    trainer.train()
+    after = trainer.evaluate()
+    for key in ("eval_forward_perplexity", "eval_backward_perplexity", "eval_perplexity"):
+        assert math.isfinite(after[key])
+    assert after["eval_perplexity"] == pytest.approx(
+        math.exp((math.log(after["eval_forward_perplexity"]) + math.log(after["eval_backward_perplexity"])) / 2)
+    )
+    assert before["eval_perplexity"] > 0.8 * len(vocab)  # about uniform at the start
+    # The grammar's true perplexity is a few words: well below the vocabulary size.
+    assert after["eval_perplexity"] < 0.3 * before["eval_perplexity"], (before, after)
+
+
+# --------------------------------------------------------------------------------------------------
+# (d) Save and load: AutoModelForPreTraining gives the same loss, ElmoModel the same biLM
+
+
+def test_save_load_roundtrips(tmp_path):
+    from transformers import AutoModelForPreTraining
+
+    vocab = _vocab()
+    batch = _batch(ElmoTokenizer(vocab=vocab), ["the cat sees a ball .", "a dog eats"])
+    model = _model(len(vocab)).eval()
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForPreTraining.from_pretrained(tmp_path).eval()
+    assert type(loaded) is ElmoForPreTraining
+    torch.testing.assert_close(loaded(**batch).loss, model(**batch).loss, rtol=0, atol=0)
+
+    bilm = ElmoModel.from_pretrained(tmp_path).eval()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    for a, b in zip(
+        bilm(**inputs, output_hidden_states=True).hidden_states,
+        model.elmo(**inputs, output_hidden_states=True).hidden_states,
+        strict=True,
+    ):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+    # An ElmoModel folder loads into the head: same biLM, a new softmax.
+    bilm.save_pretrained(tmp_path / "bilm")
+    head = ElmoForPreTraining.from_pretrained(tmp_path / "bilm", lm_vocab_size=len(vocab))
+    torch.testing.assert_close(head.elmo.bilm.layers[0].input_kernel, model.elmo.bilm.layers[0].input_kernel)
+    assert head.softmax.weight.shape == (len(vocab), 8) and head.softmax.weight.std() > 0
+
+
+# --------------------------------------------------------------------------------------------------
+# (e, f, g) The command: end to end, fine-tuning, resuming
+
+
+def test_command_end_to_end(corpus, tmp_path, capsys):
+    out = str(tmp_path / "lm")
+    _run_main(
+        ["--train_file", corpus["train"], "--eval_file", corpus["eval"], "--output_dir", out, *TINY_FLAGS]
+        + ["--max_steps", "12", "--per_device_train_batch_size", "16", "--num_samples", "8", "--save_steps", "100"]
+        + ["--optimizer", "adamw", "--learning_rate", "2e-2", "--disable_tqdm", "--logging_steps", "4"]
+    )
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    results = _results(out)
+    assert printed["perplexity"] == pytest.approx(results["eval_perplexity"])
+    assert set(printed) == {"forward_perplexity", "backward_perplexity", "perplexity"}
+
+    # The folder is a usable biLM with its vocabulary (bilm-tf order: specials first, then by frequency).
+    tokenizer = ElmoTokenizer.from_pretrained(out)
+    vocab_lines = open(os.path.join(out, "vocab.txt"), encoding="utf-8").read().split("\n")
+    assert vocab_lines[:4] == ["<S>", "</S>", "<UNK>", "."]  # "." ends every sentence: the most frequent
+    bilm = ElmoModel.from_pretrained(out)
+    enc = tokenizer(["the cat sees a ball ."], return_tensors="pt")
+    assert bilm(**enc).elmo.shape == (1, 6, 16)
+    assert results["eval_perplexity"] < 0.8 * len(tokenizer.get_vocab())
+
+
+def test_command_fine_tunes_an_existing_elmo_model(corpus, tmp_path):
+    start = tmp_path / "bilm"
+    torch.manual_seed(0)
+    sizes = {**TINY, "lstm_dim": 16, "n_layers": 1}
+    ElmoModel(ElmoConfig(**sizes)).save_pretrained(start)
+    out = str(tmp_path / "tuned")
+    _run_main(
+        ["--train_file", corpus["train"], "--eval_file", corpus["eval"], "--model_name_or_path", str(start)]
+        + ["--output_dir", out, "--max_steps", "4", "--num_samples", "0", "--disable_tqdm", "--save_steps", "100"]
+    )
+    before, after = ElmoModel.from_pretrained(start), ElmoModel.from_pretrained(out)
+    assert not torch.equal(before.bilm.layers[0].input_kernel, after.bilm.layers[0].input_kernel)
+    assert math.isfinite(_results(out)["eval_perplexity"])
+    # Size flags cannot change an existing model.
+    with pytest.raises(SystemExit):
+        _run_main(
+            ["--train_file", corpus["train"], "--model_name_or_path", str(start), "--output_dir", out]
+            + ["--lstm_dim", "8"]
+        )
+
+
+def test_resume_from_checkpoint_matches_an_uninterrupted_run(corpus, tmp_path):
+    common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
+    common += ["--max_steps", "6", "--save_steps", "3", "--per_device_train_batch_size", "8", "--num_samples", "8"]
+    common += ["--dropout", "0.2", "--seed", "3", "--save_total_limit", "3"]
+    full = str(tmp_path / "full")
+    _run_main([*common, "--output_dir", full])
+    resumed = str(tmp_path / "resumed")
+    os.makedirs(resumed)
+    shutil.copytree(os.path.join(full, "checkpoint-3"), os.path.join(resumed, "checkpoint-3"))
+    with pytest.raises(SystemExit):  # existing checkpoints and no decision: an error, not a silent restart
+        _run_main([*common, "--output_dir", resumed])
+    _run_main([*common, "--output_dir", resumed, "--resume_from_checkpoint", "last"])
+    assert _results(resumed)["eval_loss"] == pytest.approx(_results(full)["eval_loss"], abs=1e-6)
+    a, b = ElmoForPreTraining.from_pretrained(full), ElmoForPreTraining.from_pretrained(resumed)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=0, msg=name)
+
+
+# --------------------------------------------------------------------------------------------------
+# (h) Data-parallel: 2 processes (gloo, CPU) agree with one process on the same effective batch
+
+
+def test_two_process_gloo_run_matches_single_process(corpus, tmp_path):
+    common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
+    common += ["--max_steps", "3", "--num_samples", "0", "--dropout", "0", "--no-shuffle", "--seed", "5"]
+    common += ["--save_steps", "100", "--optimizer", "adamw", "--learning_rate", "1e-2", "--max_eval_samples", "10"]
+    single = str(tmp_path / "single")
+    _run_main([*common, "--output_dir", single, "--per_device_train_batch_size", "4"])
+
+    double = str(tmp_path / "ddp")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    command += ["-m", "modeling_elmo.train_lm", *common, "--output_dir", double, "--per_device_train_batch_size", "2"]
+    command += ["--ddp_backend", "gloo"]
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    one, two = _results(single), _results(double)
+    assert two["eval_words"] == one["eval_words"]
+    for key in ("eval_forward_loss", "eval_backward_loss", "eval_loss"):
+        assert two[key] == pytest.approx(one[key], abs=1e-5), key
+    a, b = ElmoForPreTraining.from_pretrained(single), ElmoForPreTraining.from_pretrained(double)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4, msg=name)
+    assert ElmoModel.from_pretrained(double).config.projection_dim == 8

@@ -1,0 +1,370 @@
+"""Tests of the ELMo tagger (ElmoForTokenClassification) and its training command, on tiny made-up data."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+from transformers import (
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    DataCollatorForTokenClassification,
+    Trainer,
+    TrainingArguments,
+)
+
+from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from modeling_elmo.train_tagger import (
+    build_word_vocab,
+    detect_scheme,
+    iob1_to_bio,
+    main,
+    predict_sentences,
+    read_conll,
+)
+
+LABELS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
+NAMES = ["John Smith", "Mary", "Paul Jones"]
+PLACES = ["Paris", "New York", "London"]
+FILLER = ["lives", "in", "and", "went", "to", "the", "city", "with"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread (and far faster than two on a shared, busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_bilm(**kwargs) -> dict:
+    return dict(
+        char_embedding_dim=4,
+        char_cnn_filters=[[1, 4], [2, 8]],
+        n_highway=1,
+        lstm_dim=32,
+        projection_dim=8,
+        n_layers=2,
+        **kwargs,
+    )
+
+
+def make_corpus(n: int, seed: int = 0) -> tuple[list[list[str]], list[list[str]]]:
+    """Sentences with BIO tags: persons and places between filler words."""
+    rng = random.Random(seed)
+    sentences, tags = [], []
+    for _ in range(n):
+        words, labels = [], []
+        for _ in range(rng.randint(2, 7)):
+            r = rng.random()
+            if r < 0.4:
+                kind, entity = ("PER", rng.choice(NAMES)) if r < 0.2 else ("LOC", rng.choice(PLACES))
+                parts = entity.split()
+                words += parts
+                labels += [f"B-{kind}"] + [f"I-{kind}"] * (len(parts) - 1)
+            else:
+                words.append(rng.choice(FILLER))
+                labels.append("O")
+        sentences.append(words)
+        tags.append(labels)
+    return sentences, tags
+
+
+def make_model(use_crf: bool = True, **kwargs) -> tuple[ElmoForTokenClassification, ElmoTokenizer]:
+    """A tiny tagger with a word embedding over the corpus vocabulary, and its tokenizer."""
+    torch.manual_seed(0)
+    tokenizer = ElmoTokenizer(vocab=build_word_vocab(make_corpus(200)[0]))
+    settings = dict(
+        id2label=dict(enumerate(LABELS)),
+        label2id={label: i for i, label in enumerate(LABELS)},
+        tagger_word_input="embedding",
+        tagger_word_vocab_size=len(tokenizer),
+        tagger_word_embedding_dim=8,
+        tagger_hidden_size=16,
+        tagger_num_layers=1,
+        tagger_dropout=0.0,
+        elmo_dropout=0.0,
+        use_crf=use_crf,
+    )
+    settings.update(kwargs)
+    return ElmoForTokenClassification(ElmoConfig(**tiny_bilm(), **settings)), tokenizer
+
+
+def features(tokenizer, sentences, tags, label2id) -> list[dict]:
+    """Unpadded features, one dict per sentence, as a datasets.map would give the collator."""
+    out = []
+    for words, labels in zip(sentences, tags, strict=True):
+        enc = tokenizer(words, is_split_into_words=True, return_vocab_ids=True)
+        out.append(
+            {
+                "input_ids": enc["input_ids"],
+                "attention_mask": enc["attention_mask"],
+                "vocab_ids": enc["vocab_ids"],
+                "labels": [label2id[t] for t in labels],
+            }
+        )
+    return out
+
+
+def batch_of(model, tokenizer, n: int = 16, seed: int = 1) -> dict:
+    sentences, tags = make_corpus(n, seed)
+    return DataCollatorForTokenClassification(tokenizer)(features(tokenizer, sentences, tags, model.config.label2id))
+
+
+def eval_loss(model, batch) -> float:
+    model.eval()
+    with torch.no_grad():
+        return float(model(**batch).loss)
+
+
+def bilm_state(model) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.elmo.state_dict().items() if k.startswith(("char_cnn.", "bilm."))}
+
+
+@pytest.fixture(scope="module", params=["softmax", "crf"])
+def trained(request, tmp_path_factory):
+    """A tagger before and after 25 Trainer steps (module-scoped: several tests read it)."""
+    use_crf = request.param == "crf"
+    model, tokenizer = make_model(use_crf=use_crf, scalar_mix_l2_coef=0.01)
+    sentences, tags = make_corpus(160)
+    train_features = features(tokenizer, sentences, tags, model.config.label2id)
+    batch = batch_of(model, tokenizer)
+    before = eval_loss(model, batch)
+    frozen_before = bilm_state(model)
+    mix_before = model.elmo.scalar_mixes[0].scalar_parameters.detach().clone()
+    args = TrainingArguments(
+        output_dir=str(tmp_path_factory.mktemp("trainer")),
+        per_device_train_batch_size=16,
+        learning_rate=2e-2,
+        max_steps=25,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        use_cpu=True,
+        logging_strategy="no",
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=train_features,
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+    )
+    trainer.train()
+    return {
+        "model": model,
+        "tokenizer": tokenizer,
+        "batch": batch,
+        "loss_before": before,
+        "loss_after": eval_loss(model, batch),
+        "frozen_before": frozen_before,
+        "mix_before": mix_before,
+    }
+
+
+# ---------------------------------------------------------------- training
+
+
+def test_trainer_steps_lower_the_loss(trained):
+    assert trained["loss_after"] < 0.7 * trained["loss_before"], (trained["loss_before"], trained["loss_after"])
+
+
+def test_frozen_bilm_does_not_change_but_the_mix_does(trained):
+    model = trained["model"]
+    after = bilm_state(model)
+    assert after.keys() == trained["frozen_before"].keys() and after
+    for key, value in trained["frozen_before"].items():
+        assert torch.equal(value, after[key]), key
+    assert not any(p.requires_grad for p in model.elmo.bilm.parameters())
+    assert not torch.equal(trained["mix_before"], model.elmo.scalar_mixes[0].scalar_parameters.detach())
+
+
+def test_save_reload_same_predictions_and_label_names(trained, tmp_path):
+    model, tokenizer, batch = trained["model"], trained["tokenizer"], trained["batch"]
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoModelForTokenClassification.from_pretrained(tmp_path).eval()
+    assert type(loaded).__name__ == "ElmoForTokenClassification"
+    assert loaded.config.id2label == dict(enumerate(LABELS))
+    assert (loaded.crf is None) == (model.crf is None)
+    assert not any(p.requires_grad for p in loaded.elmo.char_cnn.parameters())  # still frozen
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits)
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    assert loaded.predict(**inputs) == model.predict(**inputs)
+    reloaded_tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    tagged = predict_sentences(loaded, reloaded_tokenizer, ["Mary went to New York"])
+    assert [w for w, _ in tagged[0]] == ["Mary", "went", "to", "New", "York"]
+    assert {t for _, t in tagged[0]} <= set(LABELS)
+
+
+def test_crf_predictions_respect_bio_constraints(trained):
+    model = trained["model"]
+    if model.crf is None:
+        pytest.skip("softmax variant")
+    # Emissions that prefer an I- tag everywhere: Viterbi must still open every entity with B-.
+    logits = torch.zeros(2, 4, len(LABELS))
+    logits[..., LABELS.index("I-PER")] = 5.0
+    for tags in model.decode(logits, torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])):
+        names = [LABELS[t] for t in tags]
+        assert detect_scheme([names]) == "BIO", names
+
+
+# ---------------------------------------------------------------- the loss
+
+
+def test_l2_penalty_of_the_mixes_is_in_the_loss():
+    model, tokenizer = make_model(tagger_elmo_output=True)  # two mixes
+    assert len(model.elmo.scalar_mixes) == 2
+    with torch.no_grad():
+        for mix in model.elmo.scalar_mixes:
+            mix.scalar_parameters.copy_(torch.randn(mix.scalar_parameters.shape))
+    batch = batch_of(model, tokenizer, n=4)
+    model.config.scalar_mix_l2_coef = 0.0
+    plain = eval_loss(model, batch)
+    model.config.scalar_mix_l2_coef = 0.3
+    penalised = eval_loss(model, batch)
+    squared = sum(float((mix.scalar_parameters.detach() ** 2).sum()) for mix in model.elmo.scalar_mixes)
+    assert penalised - plain == pytest.approx(0.3 * squared, rel=1e-5, abs=1e-6)
+
+
+def test_collator_pads_words_and_labels():
+    model, tokenizer = make_model()
+    sentences, tags = (
+        [["John", "Smith"], ["Mary", "went", "to", "New", "York"]],
+        [["B-PER", "I-PER"], ["B-PER"] + ["O"] * 2 + ["B-LOC", "I-LOC"]],
+    )
+    batch = DataCollatorForTokenClassification(tokenizer)(features(tokenizer, sentences, tags, model.config.label2id))
+    assert batch["input_ids"].shape == (2, 5, 50)
+    assert batch["labels"][0].tolist() == [3, 4, -100, -100, -100]
+    assert batch["vocab_ids"][0, 2:].tolist() == [-100] * 3
+    out = model(**batch)
+    assert out.logits.shape == (2, 5, len(LABELS)) and out.loss.ndim == 0
+
+
+def test_bilm_layer0_as_word_input_and_unfrozen_bilm_trains():
+    model, tokenizer = make_model(tagger_word_input="bilm", freeze_bilm=False)
+    batch = batch_of(model, tokenizer, n=4)
+    batch.pop("vocab_ids")
+    model.train()
+    model(**batch).loss.backward()
+    assert all(p.grad is not None for p in model.elmo.bilm.parameters())
+    assert model.elmo.char_cnn.projection.weight.grad is not None
+
+
+def test_no_elmo_baseline_does_not_run_the_bilm(monkeypatch):
+    model, tokenizer = make_model(tagger_elmo_input=False)
+    assert len(model.elmo.scalar_mixes) == 0
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the biLM ran")
+
+    monkeypatch.setattr(model.elmo, "compute_layers", fail)
+    assert torch.isfinite(model(**batch_of(model, tokenizer, n=4)).loss)
+
+
+def test_a_converted_bilm_folder_loads_into_the_tagger(tmp_path):
+    bilm = ElmoModel(ElmoConfig(**tiny_bilm())).eval()
+    bilm.save_pretrained(tmp_path)
+    tagger = ElmoForTokenClassification.from_pretrained(
+        tmp_path, id2label=dict(enumerate(LABELS)), label2id={v: i for i, v in enumerate(LABELS)}
+    )
+    for key, value in bilm.state_dict().items():
+        if key.startswith(("char_cnn.", "bilm.")):
+            assert torch.equal(tagger.elmo.state_dict()[key], value), key
+    assert tagger.crf is not None and not bool(tagger.crf.constraint_mask.all())  # BIO constraints from the labels
+    assert not any(p.requires_grad for p in tagger.elmo.bilm.parameters())
+
+
+def test_clear_errors():
+    model, tokenizer = make_model()
+    batch = batch_of(model, tokenizer, n=2)
+    with pytest.raises(ValueError, match="vocab_ids"):
+        model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    with pytest.raises(ValueError, match="word-level"):
+        model(**{**batch, "labels": batch["labels"][:, :1]})
+    with pytest.raises(ValueError, match="tagger_word_vocab_size"):
+        ElmoConfig(tagger_word_input="embedding")
+    with pytest.raises(ValueError, match="not BIO labels"):
+        ElmoForTokenClassification(ElmoConfig(**tiny_bilm(), id2label={0: "NN", 1: "VB"}, crf_constraints="BIO"))
+
+
+# ---------------------------------------------------------------- the command
+
+
+def test_conll_reading_and_tag_schemes(tmp_path):
+    path = tmp_path / "x.txt"
+    path.write_text("-DOCSTART- -X- -X- O\n\nEU NNP B-NP I-ORG\nrejects VBZ B-VP O\n\n\nPeter NNP I-PER\nBlack I-PER\n")
+    sentences, tags = read_conll(path)
+    assert sentences == [["EU", "rejects"], ["Peter", "Black"]]
+    assert tags == [["I-ORG", "O"], ["I-PER", "I-PER"]]
+    assert detect_scheme(tags) == "IOB1"
+    assert iob1_to_bio(["I-PER", "I-PER", "B-PER", "O", "I-LOC"]) == ["B-PER", "I-PER", "B-PER", "O", "B-LOC"]
+    assert detect_scheme([["B-PER", "I-PER", "O"]]) == "BIO"
+    assert detect_scheme([["NN", "VB"]]) == "other"
+    (tmp_path / "bad.txt").write_text("word_without_tag\n")
+    with pytest.raises(ValueError, match="bad.txt:1"):
+        read_conll(tmp_path / "bad.txt")
+
+
+def _write_conll(path, sentences, tags, iob1: bool = False) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("-DOCSTART- -X- -X- O\n\n")
+        for words, labels in zip(sentences, tags, strict=True):
+            if iob1:  # IOB1: entities open with I-
+                labels = ["I-" + t[2:] if t.startswith("B-") else t for t in labels]
+            for word, tag in zip(words, labels, strict=True):
+                f.write(f"{word} NNP O {tag}\n")
+            f.write("\n")
+
+
+def test_command_end_to_end(tmp_path, capsys):
+    bilm = tmp_path / "bilm"
+    ElmoModel(ElmoConfig(**tiny_bilm())).save_pretrained(bilm)
+    ElmoTokenizer().save_pretrained(bilm)
+    _write_conll(tmp_path / "train.txt", *make_corpus(120, seed=3), iob1=True)
+    _write_conll(tmp_path / "dev.txt", *make_corpus(30, seed=4), iob1=True)
+    out = tmp_path / "ner"
+    argv = [
+        "--bilm", str(bilm), "--train_file", str(tmp_path / "train.txt"), "--eval_file", str(tmp_path / "dev.txt"),
+        "--output_dir", str(out), "--max_steps", "12", "--batch_size", "16", "--learning_rate", "0.02",
+        "--hidden_size", "16", "--num_layers", "1", "--word_dim", "8", "--min_word_freq", "1",
+        "--eval_strategy", "no", "--save_steps", "6", "--no_progress", "--elmo_output",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    metrics = json.loads((out / "all_results.json").read_text())
+    assert 0.0 <= metrics["eval_f1"] <= 1.0 and "eval_precision" in metrics
+    assert metrics["tag_scheme"] == "IOB1" and metrics["train_steps"] == 12
+    assert (out / "checkpoint-12").is_dir()
+
+    model = AutoModelForTokenClassification.from_pretrained(out)
+    assert set(model.config.id2label.values()) == set(LABELS)  # IOB1 data, BIO model
+    assert model.config.tagger_elmo_output and len(model.elmo.scalar_mixes) == 2
+
+    # Resuming from the last checkpoint continues to max_steps.
+    assert main([*argv, "--max_steps", "14", "--resume_from_checkpoint", "last"]) == 0
+    assert json.loads((out / "all_results.json").read_text())["train_steps"] == 14
+
+    capsys.readouterr()
+    assert main(["--predict", str(out), "John Smith lives in Paris.", "Mary went to London"]) == 0
+    printed = capsys.readouterr().out.strip().split("\n\n")
+    first = [line.split("\t") for line in printed[0].splitlines()]
+    assert [w for w, _ in first] == ["John", "Smith", "lives", "in", "Paris", "."]
+    assert all(tag in LABELS for _, tag in first)
+    assert len(printed) == 2
+
+
+def test_command_no_elmo_baseline_and_errors(tmp_path, capsys):
+    _write_conll(tmp_path / "train.txt", *make_corpus(60, seed=5))
+    out = tmp_path / "base"
+    argv = ["--no_elmo", "--train_file", str(tmp_path / "train.txt"), "--output_dir", str(out), "--max_steps", "3"]
+    assert main([*argv, "--hidden_size", "8", "--num_layers", "1", "--no_crf", "--no_progress"]) == 0
+    assert AutoModelForTokenClassification.from_pretrained(out).config.tagger_elmo_input is False
+    with pytest.raises(SystemExit):
+        main(["--train_file", str(tmp_path / "train.txt"), "--output_dir", str(out)])  # neither --bilm nor --no_elmo
+    assert "--bilm" in capsys.readouterr().err
+    assert main(["--no_elmo", "--train_file", str(tmp_path / "missing.txt"), "--output_dir", str(out)]) == 1
+    assert "not found" in capsys.readouterr().err
