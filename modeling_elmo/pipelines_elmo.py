@@ -30,6 +30,15 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
     ``text[start:end] == word``; without aggregation one dict per word (``"entity"``, ``"index"`` = word index).
     """
 
+    def preprocess(self, sentence, offset_mapping=None, **preprocess_params):
+        """As the base class; a tagger with its own word embedding also gets the words' ``vocab_ids``."""
+        tokenizer_params = dict(preprocess_params.pop("tokenizer_params", None) or {})
+        if getattr(self.model, "needs_vocab_ids", False):
+            tokenizer_params.setdefault("return_vocab_ids", True)
+        yield from super().preprocess(
+            sentence, offset_mapping=offset_mapping, tokenizer_params=tokenizer_params, **preprocess_params
+        )
+
     def gather_pre_entities(
         self,
         sentence: str,

@@ -272,6 +272,8 @@ def _training_arguments(args: argparse.Namespace) -> TrainingArguments:
         remove_unused_columns=False,
         # The task scalar mixes are frozen and every other parameter gets a gradient.
         ddp_find_unused_parameters=False,
+        # Count words (attention_mask), not the 50 character ids of each: train_words_per_second.
+        include_num_input_tokens_seen="non_padding",
     )
     if args.optimizer == "adamw":
         kwargs["optim"] = "adamw_torch"
@@ -417,6 +419,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if train_set is not None:
         result = trainer.train(resume_from_checkpoint=resume)
+        # Words of this run (all processes); a resumed run counts from where it resumed.
+        words = trainer.state.num_input_tokens_seen - getattr(trainer, "_initial_num_input_tokens_seen", 0)
+        result.metrics["train_words"] = int(words)
+        result.metrics["train_words_per_second"] = round(words / max(result.metrics["train_runtime"], 1e-9), 1)
         trainer.save_model()  # model + tokenizer (with vocab.txt) in --output_dir, on the main process
         trainer.log_metrics("train", result.metrics)
         trainer.save_metrics("train", result.metrics)

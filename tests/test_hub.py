@@ -369,6 +369,33 @@ def test_token_classification_pipeline_spans(folders):
 
 
 @needs_tagger
+def test_token_classification_pipeline_with_a_word_embedding_tagger(tmp_path):
+    """A tagger whose ``x_k`` is its own word embedding (train_tagger's default) needs ``vocab_ids``: the pipeline
+    asks the tokenizer for them, and its tags are ``model.predict``'s."""
+    words = ["<S>", "</S>", "<UNK>", *sorted(set(NER_TEXT.replace(".", " .").split()))]
+    tokenizer = ElmoTokenizer(vocab={word: i for i, word in enumerate(words)})
+    config = tiny_tagger_config()
+    config.tagger_word_input, config.tagger_word_embedding_dim = "embedding", 4
+    config.tagger_word_vocab_size = len(tokenizer)
+    torch.manual_seed(3)
+    tagger = ElmoForTokenClassification(config)
+    batch = tokenizer([NER_TEXT], return_tensors="pt", return_vocab_ids=True)
+    labels = torch.tensor([[LABELS.index(tag) for tag in NER_TAGS]])
+    optimizer = torch.optim.Adam([p for p in tagger.parameters() if p.requires_grad], lr=0.05)
+    for _ in range(40):
+        loss = tagger(**batch, labels=labels).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    tagger.eval()
+    assert tagger.predict(**batch) == [NER_TAGS]
+    tagger.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    ner = pipeline("elmo-token-classification", model=str(tmp_path), aggregation_strategy="none")
+    assert [w["entity"] for w in ner(NER_TEXT)] == [tag for tag in NER_TAGS if tag != "O"]
+
+
+@needs_tagger
 def test_pipeline_save_pretrained_travels(folders, tmp_path):
     from modeling_elmo.pipelines_elmo import ElmoTokenClassificationPipeline
 
