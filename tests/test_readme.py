@@ -5,8 +5,8 @@ released weights' file names hold the TensorFlow fixture model, and the corpus, 
 few sentences. Only these changes are made, each for a reason a user would not meet:
 
 - training commands get ``--max_steps 2`` (and small evaluation sets) appended: the README's budgets take hours;
-- loading the Hub id ``you/elmo-original`` loads the local folder instead, and ``HfApi.upload_folder`` records what it would
-  upload (no network here; ``tests/test_hub.py`` tests ``push_to_hub`` at the HTTP boundary);
+- loading the Hub id ``you/elmo-original`` loads the local folder instead, and ``HfApi.upload_folder`` records
+  what it would upload (no network here; ``tests/test_hub.py`` tests ``push_to_hub`` at the HTTP boundary);
 - launcher lines that need GPUs, several machines or stand for "the same flags" (``...``) are not run: their
   launcher must exist and their flags must parse.
 
@@ -67,8 +67,10 @@ def shell_commands(code: str) -> list[list[str]]:
 
 # Blocks run by other tests or by .ci/run: (section, the first words every command starts with) -> where.
 COVERED_ELSEWHERE = {
-    ("", ("pip", "elmo", "python")): "the main job: tests/test_cli.py::test_readme_main_job_command_runs_on_the_demo_model;"
-    " the test command: .ci/run (tests/test_cli.py::test_readme_first_screen checks that they are the same)",
+    ("", ("pip", "elmo", "python")): (
+        "the main job: tests/test_cli.py::test_readme_main_job_command_runs_on_the_demo_model; the test command: "
+        ".ci/run (tests/test_cli.py::test_readme_first_screen checks that they are the same)"
+    ),
     ("Install", ("pip",)): ".ci/run installs torch, then the package with its extras, in a fresh virtual environment",
     ("The `elmo` command", ("elmo", "echo")): "tests/test_cli.py::test_readme_elmo_examples_run",
     ("Tests", ("python",)): ".ci/run runs the README's test command",
