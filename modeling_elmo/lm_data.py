@@ -17,12 +17,14 @@ The dataset keeps words, not character ids (50 ints per word): the collator comp
 from __future__ import annotations
 
 import os
+import random
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
 
+from .characters import word_to_char_ids
 from .softmax_elmo import IGNORE_INDEX
 from .tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN
 
@@ -104,6 +106,66 @@ def make_windows(
     return out
 
 
+def make_stream_windows(
+    sentences: Sequence[Sequence[str]],
+    vocab: dict[str, int],
+    rows: int,
+    max_words: int = 20,
+) -> dict[str, list]:
+    """The original's training data: the corpus as ``rows`` token streams, cut into windows of ``max_words``.
+
+    The forward stream is the text left to right, every sentence as inputs ``<S> w_1 .. w_n`` with targets
+    ``w_1 .. w_n </S>``; the backward stream is the text right to left, every sentence as ``</S> w_n .. w_1``
+    with targets ``w_n .. w_1 <S>``. Each stream is split into ``rows`` equal, contiguous pieces (row ``r``
+    reads the ``r``-th piece), and each piece into windows of ``max_words`` tokens (the tail that does not
+    fill a window in every row is dropped). Batch ``j`` of ``rows`` windows (items ``j * rows`` to
+    ``j * rows + rows - 1``, in order) holds window ``j`` of every row, so that a model that carries its
+    LSTM states from batch to batch, row by row, reads each row's piece without a break.
+
+    Args:
+        sentences: lists of words, in corpus order (empty ones are skipped).
+        vocab: word -> id, with ``<S>``, ``</S>``, ``<UNK>``; unknown words get ``<UNK>``'s id.
+        rows: windows per batch (the batch size), the number of parallel streams.
+        max_words: tokens per window (20 as the original).
+
+    Returns:
+        Columns ``words``/``labels`` (forward inputs and their target ids) and ``backward_words``/
+        ``backward_labels``, one window per item, ``max_words`` tokens each.
+    """
+    if rows < 1 or max_words < 1:
+        raise ValueError(f"rows and max_words must be >= 1, got {rows} and {max_words}")
+    unk = vocab[UNK_TOKEN]
+    forward_words: list[str] = []  # inputs: <S> w_1 .. w_n, sentence after sentence
+    target_words: list[str] = []  # what each predicts: w_1 .. w_n </S>
+    for words in sentences:
+        if len(words):
+            forward_words += [BOS_TOKEN, *words]
+            target_words += [*words, EOS_TOKEN]
+    # Right to left, the inputs are the forward targets reversed (</S> w_n .. w_1) and predict the forward
+    # inputs reversed (w_n .. w_1 <S>).
+    backward_words = target_words[::-1]
+    forward_targets = [vocab.get(word, unk) for word in target_words]
+    backward_targets = [vocab.get(word, unk) for word in forward_words[::-1]]
+
+    windows = len(forward_words) // rows // max_words
+    if windows == 0:
+        raise ValueError(
+            f"the training text has {len(forward_words)} tokens: too few for {rows} streams of windows of "
+            f"{max_words} (give more text, or a smaller batch size or --max_words)"
+        )
+    piece = len(forward_words) // rows
+    out: dict[str, list] = {"words": [], "labels": [], "backward_words": [], "backward_labels": []}
+    for j in range(windows):
+        for r in range(rows):
+            start = r * piece + j * max_words
+            span = slice(start, start + max_words)
+            out["words"].append(forward_words[span])
+            out["labels"].append(forward_targets[span])
+            out["backward_words"].append(backward_words[span])
+            out["backward_labels"].append(backward_targets[span])
+    return out
+
+
 def load_lm_datasets(
     tokenizer,
     train_files: Sequence[str] | None,
@@ -116,6 +178,8 @@ def load_lm_datasets(
     num_proc: int | None = None,
     cache_dir: str | None = None,
     main_process_first=None,
+    stream_rows: int | None = None,
+    stream_seed: int | None = None,
 ):
     """Read text files into window datasets (see the module docstring).
 
@@ -130,6 +194,9 @@ def load_lm_datasets(
         cache_dir: the ``datasets`` cache.
         main_process_first: a context manager factory (``TrainingArguments.main_process_first``) so that
             in a distributed run the main process fills the cache first.
+        stream_rows: the original's stream training: the training split becomes ``make_stream_windows`` with
+            this many rows (the batch size), built in memory; the sentences are shuffled once with
+            ``stream_seed`` (``None``: corpus order). The validation split stays sentence windows.
 
     Returns:
         ``(datasets.DatasetDict with "train" and/or "validation", vocab as a list of words by id)``.
@@ -173,6 +240,11 @@ def load_lm_datasets(
 
     with first(desc="cutting windows"):
         windowed = words.map(windows, batched=True, num_proc=num_proc, remove_columns=["words"], desc="Windows")
+    if stream_rows and "train" in words:
+        sentences = list(words["train"]["words"])
+        if stream_seed is not None:
+            random.Random(stream_seed).shuffle(sentences)
+        windowed["train"] = datasets.Dataset.from_dict(make_stream_windows(sentences, vocab, stream_rows, max_words))
     return windowed, vocab_words
 
 
@@ -206,4 +278,42 @@ class ElmoLMCollator:
         return batch
 
 
-__all__ = ["ElmoLMCollator", "TEXT_FORMATS", "build_vocab", "load_lm_datasets", "make_windows", "write_vocab"]
+class ElmoLMStreamCollator:
+    """Batches of stream windows (``make_stream_windows``) for [`ElmoForPreTraining`]'s stream training.
+
+    Returns ``input_ids``/``backward_input_ids`` ``(B, T, C)`` (character ids of each direction's input tokens,
+    ``<S>``/``</S>`` included), ``attention_mask`` ``(B, T)`` (all ones: stream windows are full) and
+    ``labels``/``backward_labels`` ``(B, T)`` (the ids of the tokens each input predicts).
+    """
+
+    def __init__(self, max_characters_per_token: int = 50):
+        self.max_characters_per_token = max_characters_per_token
+
+    def _chars(self, windows: list[list[str]]) -> torch.Tensor:
+        chars = self.max_characters_per_token
+        return torch.tensor([[word_to_char_ids(word, chars) for word in window] for window in windows])
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        lengths = {len(f[key]) for f in features for key in ("words", "labels", "backward_words", "backward_labels")}
+        if len(lengths) != 1:
+            raise ValueError(f"stream windows must all have the same number of tokens, got lengths {sorted(lengths)}")
+        input_ids = self._chars([list(f["words"]) for f in features])
+        return {
+            "input_ids": input_ids,
+            "attention_mask": torch.ones(input_ids.shape[:2], dtype=torch.long),
+            "labels": torch.tensor([list(f["labels"]) for f in features], dtype=torch.long),
+            "backward_input_ids": self._chars([list(f["backward_words"]) for f in features]),
+            "backward_labels": torch.tensor([list(f["backward_labels"]) for f in features], dtype=torch.long),
+        }
+
+
+__all__ = [
+    "ElmoLMCollator",
+    "ElmoLMStreamCollator",
+    "TEXT_FORMATS",
+    "build_vocab",
+    "load_lm_datasets",
+    "make_stream_windows",
+    "make_windows",
+    "write_vocab",
+]

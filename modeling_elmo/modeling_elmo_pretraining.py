@@ -7,6 +7,10 @@ One softmax over a word vocabulary (``ElmoSoftmax``) is shared by both direction
     backward direction at word k predicts w_{k-1}   (at w_1: <S>)
     loss = (forward_loss + backward_loss) / 2,   perplexity = exp(loss) per direction and for the mean
 
+Stream training (the original's, ``backward_input_ids`` given): each direction reads the next window of its own
+token stream (``<S>``/``</S>`` are tokens of it), continuing from the states of the previous batch; the labels are
+the next tokens of each stream, not shifted by the head.
+
 Each direction predicts from its own half of the biLM's top layer (``P`` wide), after dropout
 (``lm_dropout``), as the original does. In training the softmax is sampled (``lm_num_samples``
 log-uniform negatives, corrected for their sampling probabilities, accidental hits removed); in
@@ -27,7 +31,14 @@ from transformers import initialization as init
 from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_elmo import ElmoConfig
-from .modeling_elmo import ElmoBiLstmLayer, ElmoCharacterEncoder, ElmoHighway, ElmoModel, ElmoPreTrainedModel
+from .modeling_elmo import (
+    ElmoBiLstmLayer,
+    ElmoCharacterEncoder,
+    ElmoHighway,
+    ElmoModel,
+    ElmoPreTrainedModel,
+    LstmState,
+)
 from .softmax_elmo import IGNORE_INDEX, ElmoSoftmax
 
 
@@ -191,6 +202,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         self.elmo = ElmoModel(config)
         self.dropout = nn.Dropout(config.lm_dropout)
         self.softmax = ElmoSoftmax(vocab_size, config.projection_dim)
+        # Stream training: per layer, (h (2, B, P), c (2, B, D)) after the previous batch (see forward).
+        self._stream_states: list[LstmState] | None = None
         self.post_init()
         # A new head (not one that from_pretrained builds on the meta device and then loads) starts its biLM
         # at the original's scales, which train from scratch (see init_bilm_for_pretraining).
@@ -261,6 +274,99 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         losses = nn.functional.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="none")
         return losses.view(targets.shape)
 
+    def _reduce(
+        self, losses: torch.Tensor, targets: torch.Tensor, num_items_in_batch: int | torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(loss, forward_loss, backward_loss)`` from per-token ``losses`` and ``targets``, both ``(2, B, T)``."""
+        sums = losses.flatten(1).sum(dim=1)  # (2,)
+        counts = targets.ne(IGNORE_INDEX).flatten(1).sum(dim=1)  # (2,)
+        # A direction with nothing to predict contributes 0 rather than NaN.
+        means = sums / counts.clamp(min=1).to(sums.dtype)
+        if num_items_in_batch is not None:
+            loss = sums.sum() / (2 * torch.as_tensor(num_items_in_batch, device=sums.device).to(sums.dtype))
+        else:
+            loss = means.mean()
+        return loss, means[0], means[1]
+
+    # -----------------------------------------------------------------------------------------
+    # Stream training (the original's): windows of token streams, states carried between batches
+    # -----------------------------------------------------------------------------------------
+
+    def reset_stream_states(self) -> None:
+        """Forget the LSTM states that stream training carries from one batch to the next."""
+        self._stream_states = None
+
+    def stream_hidden_states(self, input_ids: torch.Tensor, backward_input_ids: torch.Tensor) -> torch.Tensor:
+        """Top-layer outputs of both directions over the next window of their own token streams.
+
+        Each direction runs left to right over its own stream (the backward stream is the text reversed), from
+        the states the previous call left in the same row, and hands its states on to the next call
+        (detached: backpropagation stops at the window's first token). No ``<S>``/``</S>`` are added: they
+        are tokens of the streams. The first call, or a call with another number of rows, starts from zero.
+
+        Args:
+            input_ids, backward_input_ids: ``(B, T, C)`` character ids of each direction's tokens; full
+                windows (no padding).
+
+        Returns:
+            ``(2, B, T, P)``: index 0 the forward direction, 1 the backward one, position by position of
+            their own streams.
+        """
+        for name, ids in (("input_ids", input_ids), ("backward_input_ids", backward_input_ids)):
+            mask = self.elmo._word_mask(ids, None)  # validates the shape and the ids
+            if not bool(mask.all()):
+                raise ValueError(f"stream training takes full windows: {name} has padded (all-zero) positions")
+        if backward_input_ids.shape != input_ids.shape:
+            raise ValueError(
+                "input_ids and backward_input_ids must have the same shape (batch, tokens, chars), got "
+                f"{tuple(input_ids.shape)} and {tuple(backward_input_ids.shape)}"
+            )
+        cfg = self.config
+        batch, steps, chars = input_ids.shape
+        # Time-major: step t of every row is one contiguous block (all rows have T steps).
+        ids = torch.stack([input_ids, backward_input_ids]).transpose(1, 2).reshape(-1, chars)
+        inputs = self.elmo.embed_words(ids).view(2, steps * batch, cfg.projection_dim)
+        states = self._stream_states
+        if states is None or states[0][0].shape[1] != batch:
+            zeros = (inputs.new_zeros(2, batch, cfg.projection_dim), inputs.new_zeros(2, batch, cfg.lstm_dim))
+            states = [zeros] * cfg.n_layers
+        carried = []
+        for layer, (h, c) in zip(self.elmo.bilm.layers, states, strict=True):
+            inputs, h, c = layer(inputs, h.to(inputs), c.to(inputs), [batch] * steps)
+            carried.append((h.detach(), c.detach()))
+        self._stream_states = carried
+        return inputs.view(2, steps, batch, cfg.projection_dim).transpose(1, 2)
+
+    def _stream_forward(
+        self,
+        input_ids: torch.Tensor,
+        backward_input_ids: torch.Tensor,
+        labels: torch.Tensor | None,
+        backward_labels: torch.Tensor | None,
+        return_logits: bool,
+        num_items_in_batch: int | torch.Tensor | None,
+    ) -> ElmoForPreTrainingOutput:
+        states = self.dropout(self.stream_hidden_states(input_ids, backward_input_ids))  # (2, B, T, P)
+        logits = self.softmax.logits(states) if return_logits else None
+        loss = forward_loss = backward_loss = None
+        if (labels is None) != (backward_labels is None):
+            raise ValueError("stream training needs both labels and backward_labels, or neither")
+        if labels is not None:
+            mask = torch.ones(input_ids.shape[:2], dtype=torch.bool, device=input_ids.device)
+            self._check_labels(labels, mask, None)
+            self._check_labels(backward_labels, mask, None)
+            targets = torch.stack([labels, backward_labels])  # labels are the next tokens already: no shifting
+            loss, forward_loss, backward_loss = self._reduce(
+                self.word_losses(states, targets, logits), targets, num_items_in_batch
+            )
+        return ElmoForPreTrainingOutput(
+            loss=loss,
+            forward_loss=forward_loss,
+            backward_loss=backward_loss,
+            forward_logits=logits[0] if logits is not None else None,
+            backward_logits=logits[1] if logits is not None else None,
+        )
+
     @can_return_tuple
     def forward(
         self,
@@ -271,6 +377,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         return_logits: bool | None = None,
         output_hidden_states: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        backward_input_ids: torch.LongTensor | None = None,
+        backward_labels: torch.LongTensor | None = None,
     ) -> ElmoForPreTrainingOutput:
         r"""
         Args:
@@ -285,12 +393,23 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             output_hidden_states: also return the biLM's ``L + 1`` layers.
             num_items_in_batch: passed by the Trainer: normalise the summed loss by this count instead of
                 taking each direction's mean over this batch.
+            backward_input_ids: ``(B, T, C)``: stream training (the original's; ``lm_data.make_stream_windows``
+                and ``ElmoLMStreamCollator`` make the batches). ``input_ids`` and ``backward_input_ids`` are then
+                the next full windows of each row's forward and backward token streams, ``labels`` and
+                ``backward_labels`` ``(B, T)`` the ids of the tokens they predict (not shifted), and the LSTM
+                states carry over from the previous batch (see [`stream_hidden_states`]).
 
         Returns:
             [`ElmoForPreTrainingOutput`]; with ``return_dict=False`` a tuple of its non-``None`` fields.
         """
         if return_logits is None:
             return_logits = labels is None
+        if backward_input_ids is not None:
+            return self._stream_forward(
+                input_ids, backward_input_ids, labels, backward_labels, return_logits, num_items_in_batch
+            )
+        if backward_labels is not None:
+            raise ValueError("backward_labels are for stream training: give backward_input_ids too")
         base = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True)
         mask = base.mask
         states = self._direction_states(base.hidden_states[-1])  # (2, B, W, P)
@@ -300,15 +419,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if labels is not None:
             targets = self.lm_targets(labels, mask, boundary_labels)
             losses = self.word_losses(states, targets, logits)  # (2, B, W)
-            sums = losses.flatten(1).sum(dim=1)  # (2,)
-            counts = targets.ne(IGNORE_INDEX).flatten(1).sum(dim=1)  # (2,)
-            # A direction with nothing to predict contributes 0 rather than NaN.
-            means = sums / counts.clamp(min=1).to(sums.dtype)
-            forward_loss, backward_loss = means[0], means[1]
-            if num_items_in_batch is not None:
-                loss = sums.sum() / (2 * torch.as_tensor(num_items_in_batch, device=sums.device).to(sums.dtype))
-            else:
-                loss = means.mean()
+            loss, forward_loss, backward_loss = self._reduce(losses, targets, num_items_in_batch)
         return ElmoForPreTrainingOutput(
             loss=loss,
             forward_loss=forward_loss,

@@ -27,7 +27,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 from transformers.trainer_utils import EvalLoopOutput, get_last_checkpoint
 
 from .configuration_elmo import ElmoConfig
-from .lm_data import TEXT_FORMATS, ElmoLMCollator, load_lm_datasets
+from .lm_data import TEXT_FORMATS, ElmoLMCollator, ElmoLMStreamCollator, load_lm_datasets
 from .modeling_elmo_pretraining import ElmoForPreTraining
 from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
 
@@ -135,6 +135,17 @@ class ElmoPreTrainingTrainer(Trainer):
         return EvalLoopOutput(predictions=None, label_ids=None, metrics=metrics, num_samples=num_samples)
 
 
+class _StreamOrSentences:
+    """Collates stream windows (training) and sentence windows (evaluation), whichever it is given."""
+
+    def __init__(self, tokenizer: ElmoTokenizer):
+        self.sentences = ElmoLMCollator(tokenizer)
+        self.stream = ElmoLMStreamCollator(tokenizer.max_characters_per_token)
+
+    def __call__(self, features):
+        return (self.stream if features and "backward_words" in features[0] else self.sentences)(features)
+
+
 def _filters(text: str) -> list[list[int]]:
     try:
         pairs = [[int(x) for x in item.split(":")] for item in text.split(",")]
@@ -169,6 +180,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(already tokenized text)",
     )
     data.add_argument("--max_words", type=int, default=20, help="words per window; longer sentences are cut")
+    data.add_argument(
+        "--training_mode",
+        choices=("sentences", "stream"),
+        default="sentences",
+        help="'sentences': every window starts from zero state; 'stream': the original's training, the text as "
+        "one token stream per batch row cut into --max_words windows, LSTM states carried from batch to batch "
+        "(backpropagation cut at window edges; one process)",
+    )
     data.add_argument("--vocab_file", help="a bilm-tf vocabulary file (<S>, </S>, <UNK> first) instead of building one")
     data.add_argument("--min_count", type=int, default=1, help="building the vocabulary: minimum word count")
     data.add_argument("--max_vocab", type=int, help="building the vocabulary: at most this many words")
@@ -256,7 +275,8 @@ def _training_arguments(args: argparse.Namespace) -> TrainingArguments:
         per_device_eval_batch_size=args.per_device_eval_batch_size,
         gradient_accumulation_steps=args.gradient_accumulation_steps,
         seed=args.seed,
-        train_sampling_strategy="random" if args.shuffle else "sequential",
+        # Stream windows must come in order: batch j holds window j of every row (shuffled sentences instead).
+        train_sampling_strategy="random" if args.shuffle and args.training_mode == "sentences" else "sequential",
         logging_steps=args.logging_steps,
         save_strategy="steps",
         save_steps=args.save_steps,
@@ -302,6 +322,11 @@ def _check_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> No
         parser.error("--num_samples must be >= 0 (0: full softmax)")
     if not 0.0 <= args.dropout < 1.0:
         parser.error("--dropout must be in [0, 1)")
+    if args.training_mode == "stream" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        parser.error(
+            "--training_mode stream carries each batch row's state to the next batch of the same process, which "
+            "data-parallel sharding breaks: run it in one process (or use --training_mode sentences)"
+        )
 
 
 def _resume_checkpoint(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
@@ -392,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         num_proc=args.preprocessing_num_workers,
         cache_dir=args.cache_dir,
         main_process_first=training_args.main_process_first,
+        stream_rows=args.per_device_train_batch_size if args.training_mode == "stream" else None,
+        stream_seed=args.seed if args.shuffle else None,
     )
     if vocab is None:
         vocab = {word: index for index, word in enumerate(vocab_words)}
@@ -411,7 +438,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args=training_args,
         train_dataset=train_set,
         eval_dataset=eval_set,
-        data_collator=ElmoLMCollator(tokenizer),
+        data_collator=ElmoLMCollator(tokenizer) if args.training_mode == "sentences" else _StreamOrSentences(tokenizer),
         processing_class=tokenizer,
         # The original's Adagrad starts its accumulators at 1 (torch's default 0 makes the first steps huge).
         adagrad_initial_accumulator=args.adagrad_initial_accumulator if args.optimizer == "adagrad" else None,

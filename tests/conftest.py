@@ -33,6 +33,18 @@ def _require(path: Path) -> Path:
     pytest.skip(reason)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module of tiny-model tests: thread hand-offs cost more than they save on tiny
+    tensors (far more on a shared, busy machine). Use with ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def fixture_dir() -> Path:
     """The TensorFlow fixture model ``fixtures/bilm-residual``."""

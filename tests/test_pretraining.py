@@ -34,13 +34,7 @@ VERBS = ["sees", "likes", "finds", "eats", "hears"]
 OBJECTS = ["the fish", "a ball", "the red car", "some bread", "a small house"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny tensors: thread hand-offs cost more than they save (and the machine is shared).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _sentences(n: int, seed: int) -> list[str]:
@@ -368,3 +362,116 @@ def test_two_process_gloo_run_matches_single_process(corpus, tmp_path):
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4, msg=name)
     assert ElmoModel.from_pretrained(double).config.projection_dim == 8
+
+
+# --------------------------------------------------------------------------------------------------
+# (i) Stream training (the original's): windows of token streams, states carried between batches
+
+
+def _token_pairs(sentences: list[list[str]]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(input, target) pairs of each direction, read off the text sentence by sentence."""
+    forward, backward = [], []
+    for words in sentences:
+        tokens = ["<S>", *words, "</S>"]
+        forward += list(zip(tokens[:-1], tokens[1:], strict=True))
+    for words in reversed(sentences):
+        tokens = ["</S>", *reversed(words), "<S>"]
+        backward += list(zip(tokens[:-1], tokens[1:], strict=True))
+    return forward, backward
+
+
+def test_stream_windows_are_contiguous_rows_of_both_streams():
+    from modeling_elmo.lm_data import make_stream_windows
+
+    sentences = [s.split() for s in _sentences(30, 4)]
+    vocab = _vocab()
+    rows, size = 3, 4
+    data = make_stream_windows(sentences, vocab, rows=rows, max_words=size)
+    forward, backward = _token_pairs(sentences)
+    piece = len(forward) // rows
+    windows = piece // size
+    assert len(data["words"]) == windows * rows
+    for pairs, words_key, labels_key in ((forward, "words", "labels"), (backward, "backward_words", "backward_labels")):
+        for r in range(rows):
+            # Row r over the batches, in order: one unbroken piece of the stream.
+            got_words = [w for j in range(windows) for w in data[words_key][j * rows + r]]
+            got_labels = [t for j in range(windows) for t in data[labels_key][j * rows + r]]
+            expected = pairs[r * piece : r * piece + windows * size]
+            assert got_words == [x for x, _ in expected]
+            assert got_labels == [vocab.get(y, vocab["<UNK>"]) for _, y in expected]
+    with pytest.raises(ValueError, match="too few"):
+        make_stream_windows(sentences[:1], vocab, rows=4, max_words=20)
+
+
+def _stream_batch(forward: list[list[str]], backward: list[list[str]]) -> dict[str, torch.Tensor]:
+    from modeling_elmo.lm_data import ElmoLMStreamCollator
+
+    features = [
+        {"words": f, "labels": [0] * len(f), "backward_words": b, "backward_labels": [1] * len(b)}
+        for f, b in zip(forward, backward, strict=True)
+    ]
+    return ElmoLMStreamCollator()(features)
+
+
+def test_stream_states_match_the_sentence_model():
+    """One sentence as a stream window in each direction gives the stateless biLM's top layer, word by word."""
+    vocab = _vocab()
+    model = _model(len(vocab)).eval()
+    words = "the cat sees a ball .".split()
+    batch = _stream_batch([["<S>", *words]], [["</S>", *reversed(words)]])
+    with torch.no_grad():
+        stream = model.stream_hidden_states(batch["input_ids"], batch["backward_input_ids"])  # (2, 1, 7, P)
+        enc = ElmoTokenizer(vocab=vocab)([words], is_split_into_words=True, return_tensors="pt")
+        top = model.elmo(enc["input_ids"], output_hidden_states=True).hidden_states[-1][0]  # (6, 2P)
+    forward, backward = top.chunk(2, dim=-1)
+    torch.testing.assert_close(stream[0, 0, 1:], forward, atol=1e-6, rtol=0)  # after <S> w_1 .. w_k
+    torch.testing.assert_close(stream[1, 0, 1:].flip(0), backward, atol=1e-6, rtol=0)  # after </S> w_n .. w_k
+
+
+def test_stream_states_carry_over_between_batches():
+    """Two windows with the carried state equal one long window; a reset starts from zero again."""
+    vocab = _vocab()
+    model = _model(len(vocab)).eval()
+    fwd = [
+        ["<S>", "the", "cat", "sees", "a", "ball", ".", "<S>"],
+        ["<S>", "a", "dog", "eats", "bread", ".", "<S>", "a"],
+    ]
+    bwd = [list(reversed(row)) for row in fwd]
+    whole = _stream_batch(fwd, bwd)
+    first = _stream_batch([r[:3] for r in fwd], [r[:3] for r in bwd])
+    second = _stream_batch([r[3:] for r in fwd], [r[3:] for r in bwd])
+    with torch.no_grad():
+        model.reset_stream_states()
+        expected = model.stream_hidden_states(whole["input_ids"], whole["backward_input_ids"])
+        model.reset_stream_states()
+        parts = [model.stream_hidden_states(b["input_ids"], b["backward_input_ids"]) for b in (first, second)]
+        torch.testing.assert_close(torch.cat(parts, dim=2), expected, atol=1e-6, rtol=0)
+        model.reset_stream_states()
+        again = model.stream_hidden_states(first["input_ids"], first["backward_input_ids"])
+        torch.testing.assert_close(again, parts[0], atol=0, rtol=0)
+    # Training: a loss, and carried states cut from the graph (backpropagation stops at the window's start).
+    model.train()
+    out = model(**first)
+    assert torch.isfinite(out.loss) and out.forward_loss > 0 and out.backward_loss > 0
+    out.loss.backward()
+    assert all(not h.requires_grad and not c.requires_grad for h, c in model._stream_states)
+    with pytest.raises(ValueError, match="full windows"):
+        model.stream_hidden_states(torch.zeros_like(whole["input_ids"]), whole["backward_input_ids"])
+
+
+def test_command_stream_training_lowers_perplexity(corpus, tmp_path):
+    out = str(tmp_path / "stream")
+    common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
+    common += ["--training_mode", "stream", "--per_device_train_batch_size", "8", "--max_words", "10"]
+    common += ["--num_samples", "8", "--optimizer", "adamw", "--learning_rate", "2e-2", "--save_steps", "1000"]
+    _run_main([*common, "--output_dir", out, "--max_steps", "150"])
+    # An untrained biLM is about uniform over the vocabulary; the grammar's true perplexity is a few words.
+    vocab_size = ElmoForPreTraining.from_pretrained(out).config.lm_vocab_size
+    assert _results(out)["eval_perplexity"] < 0.4 * vocab_size, _results(out)
+    assert ElmoModel.from_pretrained(out).config.n_layers == 1
+    env = {**os.environ, "WORLD_SIZE": "2"}
+    done = subprocess.run(
+        [sys.executable, "-m", "modeling_elmo.train_lm", *common, "--output_dir", str(tmp_path / "x")],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2 and "one process" in done.stderr, done.stderr[-2000:]

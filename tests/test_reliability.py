@@ -60,13 +60,7 @@ def tiny_model(seed: int = 0, **overrides) -> ElmoModel:
 MODEL = tiny_model()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models: one thread is fastest, and much faster than several on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 WIDTH = 2 * MODEL.config.projection_dim

@@ -31,13 +31,7 @@ PLACES = ["Paris", "New York", "London"]
 FILLER = ["lives", "in", "and", "went", "to", "the", "city", "with"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread (and far faster than two on a shared, busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny_bilm(**kwargs) -> dict:
