@@ -69,7 +69,7 @@ def build_model_card(config: Any, how_made: str | None = None, repo_id: str | No
     tags = ["elmo", "bilm", "contextual-embeddings", "custom_code"]
     if tagger:
         tags.append("ner")
-    labels = getattr(config, "id2label", None) or {}
+    labels = (getattr(config, "id2label", None) or {}) if tagger else {}  # others have only placeholder labels
 
     header = [
         "---",

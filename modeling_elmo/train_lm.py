@@ -28,6 +28,7 @@ from transformers.trainer_utils import EvalLoopOutput, get_last_checkpoint
 
 from .configuration_elmo import ElmoConfig
 from .lm_data import TEXT_FORMATS, ElmoLMCollator, ElmoLMStreamCollator, load_lm_datasets
+from .model_card import write_model_card
 from .modeling_elmo_pretraining import ElmoForPreTraining
 from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
 
@@ -454,6 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         trainer.log_metrics("train", result.metrics)
         trainer.save_metrics("train", result.metrics)
         trainer.save_state()
+    metrics = None
     if eval_set is not None:
         metrics = trainer.evaluate()
         trainer.log_metrics("eval", metrics)
@@ -468,7 +470,30 @@ def main(argv: Sequence[str] | None = None) -> int:
                     }
                 )
             )
+    if train_set is not None and trainer.is_world_process_zero():
+        write_model_card(args.output_dir, trainer.model.config, how_made=_how_made(args, trainer, len(vocab), metrics))
     return 0
+
+
+def _how_made(args: argparse.Namespace, trainer: Trainer, vocab_size: int, metrics: dict | None) -> str:
+    """The model card's provenance paragraph: what was trained on what, and how well it does."""
+    files = ", ".join(f"`{os.path.basename(f)}`" for f in args.train_file)
+    start = f"fine-tuned from `{args.model_name_or_path}`" if args.model_name_or_path else "trained from scratch"
+    text = (
+        f"A biLM {start} with `python -m modeling_elmo.train_lm` (the `modeling_elmo` package) on {files}: "
+        f"{trainer.state.global_step} steps of {args.per_device_train_batch_size} windows of up to {args.max_words} "
+        f"words per device, {args.training_mode} mode, {args.optimizer} (learning rate "
+        f"{trainer.args.learning_rate:g}, gradient clipping {args.max_grad_norm:g}), a {vocab_size}-word vocabulary, "
+        f"{'the full softmax' if not args.num_samples else f'a {args.num_samples}-sample sampled softmax'}."
+    )
+    if metrics:
+        held_out = ", ".join(f"`{os.path.basename(f)}`" for f in args.eval_file)
+        text += (
+            f" Perplexity on {held_out} ({metrics['eval_words']} words, full softmax): forward "
+            f"{metrics['eval_forward_perplexity']:.1f}, backward {metrics['eval_backward_perplexity']:.1f}, "
+            f"mean {metrics['eval_perplexity']:.1f}."
+        )
+    return text
 
 
 if __name__ == "__main__":

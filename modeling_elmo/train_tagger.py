@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from .model_card import write_model_card
+
 DOCSTART = "-DOCSTART-"
 IGNORE_INDEX = -100
 
@@ -427,9 +429,31 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         metrics.update(eval_metrics)
         metrics.update(eval_seconds=round(eval_seconds, 2), eval_words_per_second=round(eval_words / eval_seconds, 1))
     trainer.save_model(args.output_dir)  # the model, its config (labels) and the tokenizer
+    if trainer.is_world_process_zero():
+        write_model_card(args.output_dir, trainer.model.config, how_made=_how_made(args, metrics))
     trainer.save_metrics("all", metrics)
     print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, (list, dict))}, indent=1), flush=True)
     return metrics
+
+
+def _how_made(args: argparse.Namespace, metrics: dict[str, Any]) -> str:
+    """The model card's provenance paragraph: the biLM, the data, the recipe and the dev F1."""
+    if args.no_elmo:
+        source = "without ELMo (word embeddings only, the baseline)"
+    else:
+        source = f"on the {'fine-tuned' if args.fine_tune_bilm else 'frozen'} biLM of `{args.bilm}`"
+    text = (
+        f"A tagger trained {source} with `python -m modeling_elmo.train_tagger` (the `modeling_elmo` package) "
+        f"on `{os.path.basename(args.train_file)}` ({metrics['tag_scheme']} tags, predicted as BIO): "
+        f"{metrics['train_steps']} steps of {args.batch_size} sentences, word input `{args.word_input}`, "
+        f"{'a CRF' if not args.no_crf else 'a per-word softmax'}."
+    )
+    if "eval_f1" in metrics:
+        text += (
+            f" Entity-level F1 on `{os.path.basename(args.eval_file)}` (seqeval): {100 * metrics['eval_f1']:.2f} "
+            f"(precision {100 * metrics['eval_precision']:.2f}, recall {100 * metrics['eval_recall']:.2f})."
+        )
+    return text
 
 
 def load_tagger(model_dir: str | os.PathLike):

@@ -285,6 +285,10 @@ def test_command_end_to_end(corpus, tmp_path, capsys):
     results = _results(out)
     assert printed["perplexity"] == pytest.approx(results["eval_perplexity"])
     assert set(printed) == {"forward_perplexity", "backward_perplexity", "perplexity"}
+    # The model card says how the model was made and how well it does.
+    card = open(os.path.join(out, "README.md"), encoding="utf-8").read()
+    assert "trained from scratch with `python -m modeling_elmo.train_lm`" in card and "12 steps" in card
+    assert f"mean {results['eval_perplexity']:.1f}" in card and "| labels |" not in card
 
     # The folder is a usable biLM with its vocabulary (bilm-tf order: specials first, then by frequency).
     tokenizer = ElmoTokenizer.from_pretrained(out)

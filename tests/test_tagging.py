@@ -333,6 +333,8 @@ def test_command_end_to_end(tmp_path, capsys):
     assert 0.0 <= metrics["eval_f1"] <= 1.0 and "eval_precision" in metrics
     assert metrics["tag_scheme"] == "IOB1" and metrics["train_steps"] == 12
     assert (out / "checkpoint-12").is_dir()
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "frozen biLM" in card and f"{100 * metrics['eval_f1']:.2f}" in card and "| labels |" in card
 
     model = AutoModelForTokenClassification.from_pretrained(out)
     assert set(model.config.id2label.values()) == set(LABELS)  # IOB1 data, BIO model
