@@ -4,13 +4,17 @@ Trains, with ``python -m modeling_elmo.train_tagger`` (in process), for ``--time
 
 - ``elmo``: a biLSTM-CRF over ``[word embedding; ELMo]`` with the frozen biLM of ``--bilm`` (an ``ElmoModel``
   folder: converted original weights or one trained by this project); skipped, saying so, without ``--bilm``;
-- ``no_elmo``: the same tagger (same word embedding, BiLSTM, CRF, optimiser and budget) without ELMo.
+- ``no_elmo``: the same tagger (same word embedding, BiLSTM, CRF, optimiser and budget) without ELMo;
+- with ``--runs``, also ``layer0_elmo`` (the biLM's layer 0 as ``x_k`` instead of the word embedding, plus the
+  ELMo mix) and ``layer0_only`` (layer 0 alone: characters without context). These two differ only by the
+  biLM's context, which separates what the contextual layers add from what the character CNN adds.
 
 Then it evaluates each on the whole dev set and prints entity-level F1 (seqeval), the training time, steps and
 words/s of training and of evaluation, as a Markdown table (and ``results.json`` in ``--output_dir``).
 
     python benchmarks/bench_ner.py --bilm elmo-small --time_budget 1200
     python benchmarks/bench_ner.py --time_budget 300            # the baseline only
+    python benchmarks/bench_ner.py --bilm elmo-small --runs layer0_elmo,layer0_only
 
 Numbers from a short budget are far from converged (the paper trains for many epochs on a GPU): compare the two
 rows of one run, not with the paper.
@@ -33,6 +37,18 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data" / "conll2003"
 
 
+# name -> (what it is, train_tagger flags); "{bilm}" is --bilm.
+RUNS = {
+    "elmo": ("word embedding + ELMo mix at the BiLSTM input", ["--bilm", "{bilm}"]),
+    "no_elmo": ("word embedding only", ["--no_elmo"]),
+    "layer0_elmo": ("x_k = the biLM's layer 0 + ELMo mix", ["--bilm", "{bilm}", "--word_input", "bilm"]),
+    "layer0_only": (
+        "x_k = the biLM's layer 0 (characters, no context), no mix",
+        ["--bilm", "{bilm}", "--word_input", "bilm", "--no_elmo_input"],
+    ),
+}
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
@@ -49,7 +65,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--num_layers", type=int, default=2)
     parser.add_argument("--word_dim", type=int, default=100)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--only", choices=["elmo", "no_elmo"], help="run one of the two")
+    parser.add_argument(
+        "--runs",
+        default="elmo,no_elmo",
+        help="comma-separated, of: " + ", ".join(f"{name} ({text})" for name, (text, _) in RUNS.items()),
+    )
     parser.add_argument("--progress", action="store_true", help="show progress bars")
     return parser.parse_args(argv)
 
@@ -84,14 +104,18 @@ def main(argv=None) -> int:
         if not Path(path).is_file():
             print(f"error: {path} not found (pass --train_file/--dev_file)", file=sys.stderr)
             return 1
+    names = [name.strip() for name in args.runs.split(",") if name.strip()]
+    unknown = [name for name in names if name not in RUNS]
+    if unknown or not names:
+        print(f"error: unknown --runs {unknown or names}: choose from {', '.join(RUNS)}", file=sys.stderr)
+        return 2
     results: dict[str, dict] = {}
-    if args.only != "no_elmo":
-        if args.bilm:
-            results["elmo"] = run("elmo", args, ["--bilm", args.bilm])
-        else:
-            print("note: no --bilm given: the ELMo run is skipped (pass an ElmoModel folder to compare)")
-    if args.only != "elmo":
-        results["no_elmo"] = run("no_elmo", args, ["--no_elmo"])
+    for name in names:
+        flags = RUNS[name][1]
+        if "{bilm}" in flags and not args.bilm:
+            print(f"note: no --bilm given: {name} is skipped (pass an ElmoModel folder to compare)")
+            continue
+        results[name] = run(name, args, [args.bilm if flag == "{bilm}" else flag for flag in flags])
 
     cpu = platform.processor() or platform.machine()
     print(

@@ -209,18 +209,23 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         config = self.config
         mask = self.elmo._word_mask(input_ids, attention_mask)  # (B, W) bool, validated
         mixes: list[torch.Tensor] = []
-        layers: list[torch.Tensor] | None = None
-        if self._uses_bilm(config):
-            # A frozen biLM needs no autograd graph: only the mixes above it are trained.
-            with torch.set_grad_enabled(torch.is_grad_enabled() and not config.freeze_bilm):
+        layer0: torch.Tensor | None = None  # (B, W, P): the biLM's context-free token vectors x
+        # A frozen biLM needs no autograd graph: only the mixes above it are trained.
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not config.freeze_bilm):
+            if config.tagger_elmo_input or config.tagger_elmo_output:
                 layers = self.elmo.compute_layers(input_ids, mask)
+                layer0 = layers[0][..., : config.projection_dim]  # [x; x] -> x
+            elif config.tagger_word_input == "bilm":  # layer 0 only: the LSTMs need not run
+                layer0 = input_ids.new_zeros((*mask.shape, config.projection_dim), dtype=self.dtype)
+                layer0[mask] = self.elmo.embed_words(input_ids[mask])
+        if layer0 is not None and (config.tagger_elmo_input or config.tagger_elmo_output):
             mixes = [mix(layers, mask) for mix in self.elmo.scalar_mixes]  # each (B, W, 2P), dropout inside
 
         features = []
         if config.tagger_word_input == "embedding":
             features.append(self.dropout(self.word_embeddings(self._check_vocab_ids(vocab_ids, mask))))
         elif config.tagger_word_input == "bilm":
-            features.append(self.dropout(layers[0][..., : config.projection_dim]))  # [x; x] -> x
+            features.append(self.dropout(layer0))
         if config.tagger_elmo_input:
             features.append(mixes[0])
         hidden = torch.cat(features, dim=-1) if len(features) > 1 else features[0]  # (B, W, F)

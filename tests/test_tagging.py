@@ -249,6 +249,26 @@ def test_bilm_layer0_as_word_input_and_unfrozen_bilm_trains():
     assert model.elmo.char_cnn.projection.weight.grad is not None
 
 
+def test_layer0_only_tagger_runs_the_character_encoder_only(monkeypatch):
+    """x_k = the biLM's layer 0 and no ELMo mix: the same features as layer 0 of the full biLM, without running it."""
+    model, tokenizer = make_model(tagger_word_input="bilm", tagger_elmo_input=False)
+    model.eval()
+    batch = batch_of(model, tokenizer, n=4)
+    batch.pop("vocab_ids")
+    features = {}
+    model.encoder.register_forward_hook(lambda module, args, output: features.update(x=args[0]))
+
+    def fail(*args, **kwargs):
+        raise AssertionError("the biLM's LSTMs ran")
+
+    monkeypatch.setattr(model.elmo, "compute_layers", fail)
+    assert torch.isfinite(model(**batch).logits).all()
+    monkeypatch.undo()
+    mask = batch["attention_mask"].bool()
+    layer0 = model.elmo.compute_layers(batch["input_ids"], mask)[0][..., : model.config.projection_dim]
+    torch.testing.assert_close(features["x"], layer0, atol=1e-6, rtol=0)
+
+
 def test_no_elmo_baseline_does_not_run_the_bilm(monkeypatch):
     model, tokenizer = make_model(tagger_elmo_input=False)
     assert len(model.elmo.scalar_mixes) == 0
