@@ -479,3 +479,29 @@ def test_command_stream_training_lowers_perplexity(corpus, tmp_path):
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 2 and "one process" in done.stderr, done.stderr[-2000:]
+
+
+def test_stream_mode_trainer_feeds_windows_in_order(corpus, tmp_path):
+    """The command's Trainer gives batch j = window j of every row (no shuffling of stream windows)."""
+    import datasets
+
+    from modeling_elmo.lm_data import make_stream_windows
+    from modeling_elmo.train_lm import ElmoPreTrainingTrainer, _StreamOrSentences, _training_arguments, build_parser
+
+    args = build_parser().parse_args(
+        ["--train_file", corpus["train"], "--output_dir", str(tmp_path), "--training_mode", "stream"]
+        + ["--per_device_train_batch_size", "4", "--max_words", "5"]
+    )
+    vocab = _vocab()
+    windows = make_stream_windows([s.split() for s in _sentences(40, 2)], vocab, rows=4, max_words=5)
+    trainer = ElmoPreTrainingTrainer(
+        model=_model(len(vocab)),
+        args=_training_arguments(args),
+        train_dataset=datasets.Dataset.from_dict(windows),
+        data_collator=_StreamOrSentences(ElmoTokenizer(vocab=vocab)),
+    )
+    batches = list(trainer.get_train_dataloader())
+    assert len(batches) == len(windows["labels"]) // 4
+    for j, batch in enumerate(batches):
+        assert batch["labels"].tolist() == windows["labels"][4 * j : 4 * j + 4]
+        assert batch["backward_labels"].tolist() == windows["backward_labels"][4 * j : 4 * j + 4]
