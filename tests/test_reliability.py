@@ -32,7 +32,9 @@ from modeling_elmo.characters import BOS_TOKEN, EOS_TOKEN, word_to_char_ids
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZER = ElmoTokenizer()
-INDEPENDENCE = 1e-6  # stateless outputs of a sentence alone vs. in any batch
+# Stateless outputs of a sentence alone vs. in any batch. The batch's matrix shapes change float32 rounding, which
+# accumulates over long sentences (1.4e-6 seen at 45 words); a state leaking between rows would be ~1e-1.
+INDEPENDENCE = 1e-5
 
 
 TINY = dict(
