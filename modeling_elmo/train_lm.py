@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="sentences",
         help="'sentences': every window starts from zero state; 'stream': the original's training, the text as "
         "one token stream per batch row cut into --max_words windows, LSTM states carried from batch to batch "
-        "(backpropagation cut at window edges; one process)",
+        "(backpropagation cut at window edges)",
     )
     data.add_argument("--vocab_file", help="a bilm-tf vocabulary file (<S>, </S>, <UNK> first) instead of building one")
     data.add_argument("--min_count", type=int, default=1, help="building the vocabulary: minimum word count")
@@ -323,11 +323,6 @@ def _check_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> No
         parser.error("--num_samples must be >= 0 (0: full softmax)")
     if not 0.0 <= args.dropout < 1.0:
         parser.error("--dropout must be in [0, 1)")
-    if args.training_mode == "stream" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        parser.error(
-            "--training_mode stream carries each batch row's state to the next batch of the same process, which "
-            "data-parallel sharding breaks: run it in one process (or use --training_mode sentences)"
-        )
 
 
 def _resume_checkpoint(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
@@ -418,7 +413,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         num_proc=args.preprocessing_num_workers,
         cache_dir=args.cache_dir,
         main_process_first=training_args.main_process_first,
-        stream_rows=args.per_device_train_batch_size if args.training_mode == "stream" else None,
+        # One stream per row of the global batch. Data-parallel, process p gets global batches p, p + N, ... (the
+        # dataloader shards whole batches), i.e. window j of rows p * B .. p * B + B - 1: its rows stay its own.
+        stream_rows=args.per_device_train_batch_size * training_args.world_size
+        if args.training_mode == "stream"
+        else None,
         stream_seed=args.seed if args.shuffle else None,
     )
     if vocab is None:

@@ -473,12 +473,29 @@ def test_command_stream_training_lowers_perplexity(corpus, tmp_path):
     vocab_size = ElmoForPreTraining.from_pretrained(out).config.lm_vocab_size
     assert _results(out)["eval_perplexity"] < 0.4 * vocab_size, _results(out)
     assert ElmoModel.from_pretrained(out).config.n_layers == 1
-    env = {**os.environ, "WORLD_SIZE": "2"}
-    done = subprocess.run(
-        [sys.executable, "-m", "modeling_elmo.train_lm", *common, "--output_dir", str(tmp_path / "x")],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert done.returncode == 2 and "one process" in done.stderr, done.stderr[-2000:]
+
+
+def test_two_process_stream_training_matches_single_process(corpus, tmp_path):
+    """Data-parallel stream training: each process keeps its own rows' states; 2 x 2 rows train as 1 x 4."""
+    common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
+    common += ["--training_mode", "stream", "--max_words", "6", "--max_steps", "4", "--num_samples", "0"]
+    common += ["--dropout", "0", "--seed", "5", "--save_steps", "100", "--optimizer", "adamw"]
+    common += ["--learning_rate", "1e-2", "--max_eval_samples", "10"]
+    single = str(tmp_path / "single")
+    _run_main([*common, "--output_dir", single, "--per_device_train_batch_size", "4"])
+    double = str(tmp_path / "ddp")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    command += ["-m", "modeling_elmo.train_lm", *common, "--output_dir", double, "--per_device_train_batch_size", "2"]
+    command += ["--ddp_backend", "gloo"]
+    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    one, two = _results(single), _results(double)
+    for key in ("eval_forward_loss", "eval_backward_loss"):
+        assert two[key] == pytest.approx(one[key], abs=1e-5), key
+    a, b = ElmoForPreTraining.from_pretrained(single), ElmoForPreTraining.from_pretrained(double)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-4, msg=name)
 
 
 def test_stream_mode_trainer_feeds_windows_in_order(corpus, tmp_path):
