@@ -343,13 +343,10 @@ def test_resume_from_checkpoint_matches_an_uninterrupted_run(corpus, tmp_path):
 # (h) Data-parallel: 2 processes (gloo, CPU) agree with one process on the same effective batch
 
 
-def test_two_process_gloo_run_matches_single_process(corpus, tmp_path):
-    common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
-    common += ["--max_steps", "3", "--num_samples", "0", "--dropout", "0", "--no-shuffle", "--seed", "5"]
-    common += ["--save_steps", "100", "--optimizer", "adamw", "--learning_rate", "1e-2", "--max_eval_samples", "10"]
+def _one_process_and_two(common: list[str], tmp_path) -> tuple[str, str]:
+    """Run the command in one process with 4 windows per step, and in 2 gloo processes with 2 each."""
     single = str(tmp_path / "single")
     _run_main([*common, "--output_dir", single, "--per_device_train_batch_size", "4"])
-
     double = str(tmp_path / "ddp")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -357,6 +354,14 @@ def test_two_process_gloo_run_matches_single_process(corpus, tmp_path):
     command += ["--ddp_backend", "gloo"]
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
+    return single, double
+
+
+def test_two_process_gloo_run_matches_single_process(corpus, tmp_path):
+    common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
+    common += ["--max_steps", "3", "--num_samples", "0", "--dropout", "0", "--no-shuffle", "--seed", "5"]
+    common += ["--save_steps", "100", "--optimizer", "adamw", "--learning_rate", "1e-2", "--max_eval_samples", "10"]
+    single, double = _one_process_and_two(common, tmp_path)
 
     one, two = _results(single), _results(double)
     assert two["eval_words"] == one["eval_words"]
@@ -481,15 +486,7 @@ def test_two_process_stream_training_matches_single_process(corpus, tmp_path):
     common += ["--training_mode", "stream", "--max_words", "6", "--max_steps", "4", "--num_samples", "0"]
     common += ["--dropout", "0", "--seed", "5", "--save_steps", "100", "--optimizer", "adamw"]
     common += ["--learning_rate", "1e-2", "--max_eval_samples", "10"]
-    single = str(tmp_path / "single")
-    _run_main([*common, "--output_dir", single, "--per_device_train_batch_size", "4"])
-    double = str(tmp_path / "ddp")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    command += ["-m", "modeling_elmo.train_lm", *common, "--output_dir", double, "--per_device_train_batch_size", "2"]
-    command += ["--ddp_backend", "gloo"]
-    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-3000:]
+    single, double = _one_process_and_two(common, tmp_path)
     one, two = _results(single), _results(double)
     for key in ("eval_forward_loss", "eval_backward_loss"):
         assert two[key] == pytest.approx(one[key], abs=1e-5), key
