@@ -25,6 +25,8 @@ from pathlib import Path
 
 import torch
 
+from modeling_elmo import ElmoConfig
+from modeling_elmo.model_card import bilm_parameter_count
 from modeling_elmo.train_lm import PRESETS
 from modeling_elmo.train_lm import main as train_lm
 
@@ -79,22 +81,15 @@ def main(argv=None) -> int:
         return status
     results = json.loads((Path(args.output_dir) / "all_results.json").read_text())
     results["wall_seconds"] = round(time.monotonic() - started, 1)
-    config = json.loads((Path(args.output_dir) / "config.json").read_text())
-    weights = Path(args.output_dir) / "model.safetensors"
-    from safetensors import safe_open
-
-    with safe_open(str(weights), "pt") as f:
-        params = {name: f.get_slice(name).get_shape() for name in f.keys()}
-    softmax = sum(int(torch.tensor(s).prod()) for n, s in params.items() if n.startswith("softmax."))
-    total = sum(int(torch.tensor(s).prod()) for s in params.values())
-    results["bilm_parameters"] = total - softmax
-    results["softmax_parameters"] = softmax
+    config = ElmoConfig.from_pretrained(args.output_dir)
+    results["bilm_parameters"] = bilm_parameter_count(config)
+    results["softmax_parameters"] = config.lm_vocab_size * (config.projection_dim + 1)
 
     cpu = platform.processor() or platform.machine()
     print(
         f"\nWikiText-2 biLM: train {Path(args.train_file).name}, perplexity on {Path(args.eval_file).name} "
-        f"({results['eval_words']} words, full softmax); preset {args.preset} (LSTM {config['lstm_dim']}, "
-        f"projection {config['projection_dim']}), vocabulary {config['lm_vocab_size']}; {cpu}, "
+        f"({results['eval_words']} words, full softmax); preset {args.preset} (LSTM {config.lstm_dim}, "
+        f"projection {config.projection_dim}), vocabulary {config.lm_vocab_size}; {cpu}, "
         f"{torch.get_num_threads()} torch threads, torch {torch.__version__}\n"
     )
     print("| biLM params | steps | train words | train s | train words/s | ppl forward | ppl backward | ppl mean |")

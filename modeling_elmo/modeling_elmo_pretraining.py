@@ -288,6 +288,18 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             loss = means.mean()
         return loss, means[0], means[1]
 
+    @staticmethod
+    def _output(loss, forward_loss, backward_loss, logits, hidden_states=None) -> ElmoForPreTrainingOutput:
+        """The output, with ``logits (2, B, T, V)`` (or ``None``) split by direction."""
+        return ElmoForPreTrainingOutput(
+            loss=loss,
+            forward_loss=forward_loss,
+            backward_loss=backward_loss,
+            forward_logits=logits[0] if logits is not None else None,
+            backward_logits=logits[1] if logits is not None else None,
+            hidden_states=hidden_states,
+        )
+
     # -----------------------------------------------------------------------------------------
     # Stream training (the original's): windows of token streams, states carried between batches
     # -----------------------------------------------------------------------------------------
@@ -359,13 +371,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             loss, forward_loss, backward_loss = self._reduce(
                 self.word_losses(states, targets, logits), targets, num_items_in_batch
             )
-        return ElmoForPreTrainingOutput(
-            loss=loss,
-            forward_loss=forward_loss,
-            backward_loss=backward_loss,
-            forward_logits=logits[0] if logits is not None else None,
-            backward_logits=logits[1] if logits is not None else None,
-        )
+        return self._output(loss, forward_loss, backward_loss, logits)
 
     @can_return_tuple
     def forward(
@@ -420,13 +426,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             targets = self.lm_targets(labels, mask, boundary_labels)
             losses = self.word_losses(states, targets, logits)  # (2, B, W)
             loss, forward_loss, backward_loss = self._reduce(losses, targets, num_items_in_batch)
-        return ElmoForPreTrainingOutput(
-            loss=loss,
-            forward_loss=forward_loss,
-            backward_loss=backward_loss,
-            forward_logits=logits[0] if logits is not None else None,
-            backward_logits=logits[1] if logits is not None else None,
-            hidden_states=base.hidden_states if output_hidden_states else None,
+        return self._output(
+            loss, forward_loss, backward_loss, logits, base.hidden_states if output_hidden_states else None
         )
 
     @torch.no_grad()

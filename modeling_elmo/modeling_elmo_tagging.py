@@ -208,18 +208,18 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         """
         config = self.config
         mask = self.elmo._word_mask(input_ids, attention_mask)  # (B, W) bool, validated
-        mixes: list[torch.Tensor] = []
+        uses_mix = config.tagger_elmo_input or config.tagger_elmo_output
+        layers: list[torch.Tensor] = []
         layer0: torch.Tensor | None = None  # (B, W, P): the biLM's context-free token vectors x
         # A frozen biLM needs no autograd graph: only the mixes above it are trained.
         with torch.set_grad_enabled(torch.is_grad_enabled() and not config.freeze_bilm):
-            if config.tagger_elmo_input or config.tagger_elmo_output:
+            if uses_mix:
                 layers = self.elmo.compute_layers(input_ids, mask)
                 layer0 = layers[0][..., : config.projection_dim]  # [x; x] -> x
             elif config.tagger_word_input == "bilm":  # layer 0 only: the LSTMs need not run
                 layer0 = input_ids.new_zeros((*mask.shape, config.projection_dim), dtype=self.dtype)
                 layer0[mask] = self.elmo.embed_words(input_ids[mask])
-        if layer0 is not None and (config.tagger_elmo_input or config.tagger_elmo_output):
-            mixes = [mix(layers, mask) for mix in self.elmo.scalar_mixes]  # each (B, W, 2P), dropout inside
+        mixes = [mix(layers, mask) for mix in self.elmo.scalar_mixes] if uses_mix else []  # (B, W, 2P) each
 
         features = []
         if config.tagger_word_input == "embedding":

@@ -351,23 +351,12 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, {trainable:,} trained", flush=True)
 
-    label2id = model.config.label2id
-    train_data = encode_dataset(
-        Dataset.from_dict({"tokens": train_sentences, "tags": train_tags}),
-        tokenizer,
-        label2id,
-        needs_vocab_ids,
-        args.max_words,
-    )
-    eval_data = None
-    if eval_sentences is not None:
-        eval_data = encode_dataset(
-            Dataset.from_dict({"tokens": eval_sentences, "tags": eval_tags}),
-            tokenizer,
-            label2id,
-            needs_vocab_ids,
-            args.max_words,
-        )
+    def encode(sentences: list[list[str]], tags: list[list[str]]):
+        data = Dataset.from_dict({"tokens": sentences, "tags": tags})
+        return encode_dataset(data, tokenizer, model.config.label2id, needs_vocab_ids, args.max_words)
+
+    train_data = encode(train_sentences, train_tags)
+    eval_data = encode(eval_sentences, eval_tags) if eval_sentences is not None else None
     eval_strategy = args.eval_strategy if eval_data is not None else "no"
     training_args = TrainingArguments(
         output_dir=args.output_dir,

@@ -182,7 +182,7 @@ def run_shell_block(block: Block, work: Path) -> int:
 # Running Python blocks
 
 
-def run_python_block(block: Block, namespace: dict, uploads: list) -> None:
+def run_python_block(block: Block, namespace: dict) -> None:
     # Loading from the Hub id: the local folder that would have been uploaded.
     code = block.code.replace('from_pretrained("you/elmo-original"', 'from_pretrained("elmo-original"')
     exec(compile(code, str(block), "exec"), namespace)  # noqa: S102  (the README's own code)
@@ -207,7 +207,7 @@ def test_every_readme_block_runs(workspace: Path, monkeypatch):
         elif block.language == "bash":
             report.append(f"{block}: ran {run_shell_block(block, workspace)} command(s)")
         elif block.language == "python":
-            run_python_block(block, namespace, uploads)
+            run_python_block(block, namespace)
             report.append(f"{block}: ran")
         else:
             pytest.fail(f"{block}: a block with no language; mark it bash or python")
