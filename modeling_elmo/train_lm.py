@@ -471,6 +471,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     if train_set is not None and trainer.is_world_process_zero():
         write_model_card(args.output_dir, trainer.model.config, how_made=_how_made(args, trainer, len(vocab), metrics))
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        # Every process waits for the last writes, then leaves together: a gloo process that exits with its
+        # process group alive can abort at interpreter shutdown ("terminate called without an active exception").
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     return 0
 
 
