@@ -1,10 +1,10 @@
 """Pretrain a small biLM on WikiText-2 for a fixed budget on this CPU: training words/s and perplexities.
 
-Runs ``python -m modeling_elmo.train_lm`` (in process) on ``valid.txt`` of ../shared/data/wikitext-2 and
+Runs ``python -m modeling_elmo.training.train_lm`` (in process) on ``valid.txt`` of ../shared/data/wikitext-2 and
 evaluates on ``test.txt`` with the full softmax. The budget is a number of optimizer steps, not seconds, so that
 the model (and its perplexity) does not depend on how busy the machine is; only the words/s do. The defaults are
 the recipe of the package's bundled demo model (``scripts/train_demo_model.sh`` runs this script and then
-exports ``modeling_elmo/demo_model`` from its output folder):
+exports ``modeling_elmo/commands/demo_model`` from its output folder):
 
     python benchmarks/bench_lm.py                       # the demo recipe: preset tiny, 2000 steps of 32 windows
     python benchmarks/bench_lm.py --max_steps 100 --preset small --max_eval_samples 500
@@ -27,8 +27,8 @@ import torch
 
 from modeling_elmo import ElmoConfig
 from modeling_elmo.model_card import bilm_parameter_count
-from modeling_elmo.train_lm import PRESETS
-from modeling_elmo.train_lm import main as train_lm
+from modeling_elmo.training.train_lm import PRESETS
+from modeling_elmo.training.train_lm import main as train_lm
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("ELMO_SHARED_DIR", REPO.parent / "shared")) / "data" / "wikitext-2"
@@ -73,7 +73,7 @@ def main(argv=None) -> int:
         command += ["--max_eval_samples", str(args.max_eval_samples)]
     if not args.progress:
         command.append("--disable_tqdm")
-    print(f"python -m modeling_elmo.train_lm {' '.join(command)}", flush=True)
+    print(f"python -m modeling_elmo.training.train_lm {' '.join(command)}", flush=True)
     started = time.monotonic()
     status = train_lm(command)
     if status != 0:

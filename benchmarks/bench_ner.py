@@ -1,6 +1,6 @@
 """CoNLL-2003 NER on this CPU for a fixed time budget: the ELMo tagger against the same tagger without ELMo.
 
-Trains, with ``python -m modeling_elmo.train_tagger`` (in process), for ``--time_budget`` seconds each:
+Trains, with ``python -m modeling_elmo.training.train_tagger`` (in process), for ``--time_budget`` seconds each:
 
 - ``elmo``: a biLSTM-CRF over ``[word embedding; ELMo]`` with the frozen biLM of ``--bilm`` (an ``ElmoModel``
   folder: converted original weights or one trained by this project); skipped, saying so, without ``--bilm``;
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-from modeling_elmo.train_tagger import main as train_tagger
+from modeling_elmo.training.train_tagger import main as train_tagger
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO.parent / "shared" / "data" / "conll2003"
@@ -88,7 +88,7 @@ def run(name: str, args: argparse.Namespace, extra: list[str]) -> dict:
         argv += ["--num_threads", str(args.threads)]
     if not args.progress:
         argv.append("--no_progress")
-    print(f"\n=== {name}: python -m modeling_elmo.train_tagger {' '.join(argv)}", flush=True)
+    print(f"\n=== {name}: python -m modeling_elmo.training.train_tagger {' '.join(argv)}", flush=True)
     started = time.monotonic()
     status = train_tagger(argv)
     if status != 0:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trains the demo model bundled in modeling_elmo/demo_model: a toy-sized biLM (preset "tiny": 2 layers,
+# Trains the demo model bundled in modeling_elmo/commands/demo_model: a toy-sized biLM (preset "tiny": 2 layers,
 # LSTM 256, projection 64, 5 small char-CNN filters) that the project's own LM command trains on the
 # WikiText-2 text in ../shared/data (train: valid.txt, perplexity: test.txt; the text is not in the repo).
 # It is not the released ELMo. A fixed number of steps (2000 batches of 32 windows of <= 20 words, about
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 
 DATA="${ELMO_SHARED_DIR:-../shared}/data/wikitext-2"
 WORK="${ELMO_DEMO_WORK_DIR:-${TMPDIR:-/tmp}/elmo-demo-lm}"
-OUT="${ELMO_DEMO_OUT:-modeling_elmo/demo_model}"
+OUT="${ELMO_DEMO_OUT:-modeling_elmo/commands/demo_model}"
 test -f "$DATA/valid.txt" || { echo "error: $DATA/valid.txt not found (set ELMO_SHARED_DIR)" >&2; exit 1; }
 
 # ELMO_DEMO_EXPORT_ONLY=1: skip training, only rebuild the package folder from an earlier run in $WORK.

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, cli
+from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from modeling_elmo.commands import cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -211,7 +212,7 @@ def test_embed_two_processes_equals_one(tiny_dir, tmp_path):
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_port", str(_free_port()),
-        "-m", "modeling_elmo.cli", "embed", str(text), "-o", str(merged), "--model", str(tiny_dir),
+        "-m", "modeling_elmo.commands.cli", "embed", str(text), "-o", str(merged), "--model", str(tiny_dir),
         "--batch-size", "4", "--no-progress",
     ]  # fmt: skip
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -316,7 +317,7 @@ def test_cli_import_is_light():
             imported |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add(("." * node.level) + (node.module or ""))
-    heavy = {"datasets", "accelerate", ".train_lm", ".train_tagger", "modeling_elmo.train_lm", "h5py", "torch"}
+    heavy = {"datasets", "accelerate", ".train_lm", ".train_tagger", "modeling_elmo.training.train_lm", "h5py", "torch"}
     assert not imported & heavy, imported & heavy
 
 
@@ -361,7 +362,9 @@ def test_readme_main_job_command_runs_on_the_demo_model():
     command = shlex.split(main_job.split("&&")[-1].strip())
     assert command[0] == "elmo", f"the README's main job must end with an elmo command, got {command}"
     executable = shutil.which(command[0])
-    argv = [executable, *command[1:]] if executable else [sys.executable, "-m", "modeling_elmo.cli", *command[1:]]
+    argv = (
+        [executable, *command[1:]] if executable else [sys.executable, "-m", "modeling_elmo.commands.cli", *command[1:]]
+    )
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout

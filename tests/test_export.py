@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from modeling_elmo import ElmoConfig, ElmoModel
-from modeling_elmo.export_elmo import ElmoExportWrapper, example_inputs, export_onnx, export_program
+from modeling_elmo.utils.export_elmo import ElmoExportWrapper, example_inputs, export_onnx, export_program
 
 TOLERANCE = 1e-5
 # (batch, words) unlike the export example (2, 3): one sentence of one word, and a bigger padded batch.

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.characters import word_to_char_ids
-from modeling_elmo.embedding_elmo import embed_corpus
-from modeling_elmo.reference_elmo import reference_forward
+from modeling_elmo.utils.embedding_elmo import embed_corpus
+from modeling_elmo.utils.reference_elmo import reference_forward
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZER = ElmoTokenizer()

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from modeling_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
-from modeling_elmo.lm_data import ElmoLMCollator, build_vocab, make_windows
 from modeling_elmo.modeling_elmo_pretraining import shift_labels
+from modeling_elmo.training.lm_data import ElmoLMCollator, build_vocab, make_windows
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(lstm_dim=32, projection_dim=8, char_cnn_filters=[[1, 4], [2, 4]], n_highway=1, char_embedding_dim=4)
@@ -70,7 +70,7 @@ def _batch(tokenizer: ElmoTokenizer, sentences: list[str]) -> dict[str, torch.Te
 
 
 def _run_main(argv: list[str]) -> None:
-    from modeling_elmo.train_lm import main
+    from modeling_elmo.training.train_lm import main
 
     assert main(argv) == 0
 
@@ -200,7 +200,7 @@ def test_trainer_lowers_full_softmax_perplexity(tmp_path):
     import datasets
     from transformers import TrainingArguments
 
-    from modeling_elmo.train_lm import ElmoPreTrainingTrainer
+    from modeling_elmo.training.train_lm import ElmoPreTrainingTrainer
 
     vocab = _vocab()
     tokenizer = ElmoTokenizer(vocab=vocab)
@@ -287,7 +287,7 @@ def test_command_end_to_end(corpus, tmp_path, capsys):
     assert set(printed) == {"forward_perplexity", "backward_perplexity", "perplexity"}
     # The model card says how the model was made and how well it does.
     card = open(os.path.join(out, "README.md"), encoding="utf-8").read()
-    assert "trained from scratch with `python -m modeling_elmo.train_lm`" in card and "12 steps" in card
+    assert "trained from scratch with `python -m modeling_elmo.training.train_lm`" in card and "12 steps" in card
     assert f"mean {results['eval_perplexity']:.1f}" in card and "| labels |" not in card
 
     # The folder is a usable biLM with its vocabulary (bilm-tf order: specials first, then by frequency).
@@ -350,7 +350,15 @@ def _one_process_and_two(common: list[str], tmp_path) -> tuple[str, str]:
     double = str(tmp_path / "ddp")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    command += ["-m", "modeling_elmo.train_lm", *common, "--output_dir", double, "--per_device_train_batch_size", "2"]
+    command += [
+        "-m",
+        "modeling_elmo.training.train_lm",
+        *common,
+        "--output_dir",
+        double,
+        "--per_device_train_batch_size",
+        "2",
+    ]
     command += ["--ddp_backend", "gloo"]
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -390,7 +398,7 @@ def _token_pairs(sentences: list[list[str]]) -> tuple[list[tuple[str, str]], lis
 
 
 def test_stream_windows_are_contiguous_rows_of_both_streams():
-    from modeling_elmo.lm_data import make_stream_windows
+    from modeling_elmo.training.lm_data import make_stream_windows
 
     sentences = [s.split() for s in _sentences(30, 4)]
     vocab = _vocab()
@@ -413,7 +421,7 @@ def test_stream_windows_are_contiguous_rows_of_both_streams():
 
 
 def _stream_batch(forward: list[list[str]], backward: list[list[str]]) -> dict[str, torch.Tensor]:
-    from modeling_elmo.lm_data import ElmoLMStreamCollator
+    from modeling_elmo.training.lm_data import ElmoLMStreamCollator
 
     features = [
         {"words": f, "labels": [0] * len(f), "backward_words": b, "backward_labels": [1] * len(b)}
@@ -499,8 +507,13 @@ def test_stream_mode_trainer_feeds_windows_in_order(corpus, tmp_path):
     """The command's Trainer gives batch j = window j of every row (no shuffling of stream windows)."""
     import datasets
 
-    from modeling_elmo.lm_data import make_stream_windows
-    from modeling_elmo.train_lm import ElmoPreTrainingTrainer, _StreamOrSentences, _training_arguments, build_parser
+    from modeling_elmo.training.lm_data import make_stream_windows
+    from modeling_elmo.training.train_lm import (
+        ElmoPreTrainingTrainer,
+        _StreamOrSentences,
+        _training_arguments,
+        build_parser,
+    )
 
     args = build_parser().parse_args(
         ["--train_file", corpus["train"], "--output_dir", str(tmp_path), "--training_mode", "stream"]

@@ -130,8 +130,8 @@ def workspace(fixture_dir: Path, tmp_path_factory) -> Path:
 
 
 TRAINING_BUDGET = {
-    "modeling_elmo.train_lm": ["--max_steps", "2", "--max_eval_samples", "8", "--save_steps", "1000"],
-    "modeling_elmo.train_tagger": ["--max_steps", "2", "--save_steps", "1000"],
+    "modeling_elmo.training.train_lm": ["--max_steps", "2", "--max_eval_samples", "8", "--save_steps", "1000"],
+    "modeling_elmo.training.train_tagger": ["--max_steps", "2", "--save_steps", "1000"],
 }
 GPU_ONLY = ("--nproc_per_node 8", "--num_processes 8", "--nnodes")
 
@@ -145,8 +145,8 @@ def _check_not_runnable(argv: list[str], block: Block) -> None:
     assert argv[0] in ("torchrun", "accelerate"), f"{block}: only launcher lines may be left unrun: {argv}"
     assert shutil.which(argv[0]), f"{block}: {argv[0]} is not installed"
     module = _module(argv)
-    assert module == "modeling_elmo.train_lm", f"{block}: unexpected module in {argv}"
-    from modeling_elmo.train_lm import build_parser
+    assert module == "modeling_elmo.training.train_lm", f"{block}: unexpected module in {argv}"
+    from modeling_elmo.training.train_lm import build_parser
 
     flags = [a for a in argv[argv.index("-m") + 2 :] if a != "..."]
     known, unknown = build_parser().parse_known_args([*flags, "--output_dir", "x"])

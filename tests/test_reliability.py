@@ -446,7 +446,7 @@ def staging(parent: Path, name: str) -> list[Path]:
 def test_converter_killed_while_writing_leaves_no_output(tmp_path: Path):
     from original_format import write_original_model
 
-    from convert_original_weights import convert
+    from modeling_elmo.commands.convert import convert
 
     options, weights = write_original_model(tmp_path / "original", **BIG)  # ~40 MB of weights
     out = tmp_path / "converted"
@@ -485,7 +485,7 @@ def test_converter_killed_while_writing_leaves_no_output(tmp_path: Path):
 
 
 def test_stale_staging_of_live_process_is_kept(tmp_path: Path):
-    from convert_original_weights import remove_stale_staging
+    from modeling_elmo.commands.convert import remove_stale_staging
 
     out = tmp_path / "model"
     live = tmp_path / f".model.partial-{os.getpid()}-abc"
@@ -537,7 +537,7 @@ _STREAM_SCRIPT = textwrap.dedent(
     """
     import resource, sys, torch
     from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-    from modeling_elmo.embedding_elmo import embed_corpus
+    from modeling_elmo.utils.embedding_elmo import embed_corpus
     torch.manual_seed(0)
     torch.set_num_threads(1)
     config = ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8], [3, 8]], n_highway=1,
@@ -735,7 +735,7 @@ def test_lm_training_resumes_after_sigkill(tmp_path: Path):
         f"--save_steps {RESUME_SAVE_EVERY} --save_total_limit 10 --logging_steps 1 --per_device_train_batch_size 8 "
         "--seed 7 --disable_tqdm"
     ).split()
-    whole, resumed, killed_after = _kill_and_resume("modeling_elmo.train_lm", args, tmp_path)
+    whole, resumed, killed_after = _kill_and_resume("modeling_elmo.training.train_lm", args, tmp_path)
     _assert_same_losses(whole, resumed, killed_after)
 
 
@@ -759,5 +759,5 @@ def test_tagger_training_resumes_after_sigkill(tmp_path: Path):
         f"--max_steps {RESUME_STEPS} --save_steps {RESUME_SAVE_EVERY} --save_total_limit 10 --logging_steps 1 "
         "--batch_size 8 --seed 7 --eval_strategy no --no_progress --cpu --min_word_freq 1"
     ).split()
-    whole, resumed, killed_after = _kill_and_resume("modeling_elmo.train_tagger", args, tmp_path)
+    whole, resumed, killed_after = _kill_and_resume("modeling_elmo.training.train_tagger", args, tmp_path)
     _assert_same_losses(whole, resumed, killed_after)

@@ -16,7 +16,7 @@ from transformers import (
 )
 
 from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
-from modeling_elmo.train_tagger import (
+from modeling_elmo.training.train_tagger import (
     build_word_vocab,
     detect_scheme,
     iob1_to_bio,

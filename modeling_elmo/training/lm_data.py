@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from .characters import word_to_char_ids
-from .softmax_elmo import IGNORE_INDEX
-from .tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN
+from ..characters import word_to_char_ids
+from ..softmax_elmo import IGNORE_INDEX
+from ..tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, UNK_TOKEN
 
 TEXT_FORMATS = ("sentences", "raw")
 

@@ -2,12 +2,12 @@
 
 Train (from a converted or self-trained ``ElmoModel`` folder, or ``--no_elmo`` for the word-embedding baseline)::
 
-    python -m modeling_elmo.train_tagger --bilm elmo-small --train_file train.txt --eval_file dev.txt \\
+    python -m modeling_elmo.training.train_tagger --bilm elmo-small --train_file train.txt --eval_file dev.txt \\
         --output_dir ner-elmo --epochs 3
 
 Tag raw sentences with the saved folder (prints ``word<TAB>tag``, a blank line between sentences)::
 
-    python -m modeling_elmo.train_tagger --predict ner-elmo "EU rejects German call to boycott British lamb."
+    python -m modeling_elmo.training.train_tagger --predict ner-elmo "EU rejects German call to boycott British lamb."
 
 CoNLL files: one word per line, the word in the first column and its tag in the last (so both the
 two-column form and the four-column CoNLL-2003 form work); blank lines end sentences; ``-DOCSTART-``
@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from .model_card import write_model_card
+from ..model_card import write_model_card
 
 DOCSTART = "-DOCSTART-"
 IGNORE_INDEX = -100
@@ -164,9 +164,9 @@ def _has_tokenizer(folder: str | os.PathLike) -> bool:
 
 def build_model_and_tokenizer(args: argparse.Namespace, labels: list[str], train_sentences: list[list[str]]):
     """The tagger (biLM weights from ``args.bilm`` unless ``--no_elmo``) and its tokenizer."""
-    from .configuration_elmo import ElmoConfig
-    from .modeling_elmo_tagging import ElmoForTokenClassification
-    from .tokenization_elmo import ElmoTokenizer
+    from ..configuration_elmo import ElmoConfig
+    from ..modeling_elmo_tagging import ElmoForTokenClassification
+    from ..tokenization_elmo import ElmoTokenizer
 
     id2label = dict(enumerate(labels))
     label2id = {label: i for i, label in id2label.items()}
@@ -432,7 +432,7 @@ def _how_made(args: argparse.Namespace, metrics: dict[str, Any]) -> str:
     else:
         source = f"on the {'fine-tuned' if args.fine_tune_bilm else 'frozen'} biLM of `{args.bilm}`"
     text = (
-        f"A tagger trained {source} with `python -m modeling_elmo.train_tagger` (the `modeling_elmo` package) "
+        f"A tagger trained {source} with `python -m modeling_elmo.training.train_tagger` (the `modeling_elmo` package) "
         f"on `{os.path.basename(args.train_file)}` ({metrics['tag_scheme']} tags, predicted as BIO): "
         f"{metrics['train_steps']} steps of {args.batch_size} sentences, word input `{args.word_input}`, "
         f"{'a CRF' if not args.no_crf else 'a per-word softmax'}."
@@ -449,7 +449,7 @@ def load_tagger(model_dir: str | os.PathLike):
     """``(model, tokenizer)`` of a saved tagger folder, the model in eval mode."""
     from transformers import AutoModelForTokenClassification, AutoTokenizer
 
-    from . import ElmoTokenizer  # noqa: F401  (importing the package registers the ELMo Auto classes)
+    from .. import ElmoTokenizer  # noqa: F401  (importing the package registers the ELMo Auto classes)
 
     model = AutoModelForTokenClassification.from_pretrained(model_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -509,7 +509,7 @@ def predict(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m modeling_elmo.train_tagger",
+        prog="python -m modeling_elmo.training.train_tagger",
         description="Fine-tune an ELMo sequence tagger (biLSTM-CRF over scalar mixes of a frozen biLM) on CoNLL "
         "files with the Hugging Face Trainer, or tag raw sentences with a saved one (--predict).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,

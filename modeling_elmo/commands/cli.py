@@ -2,14 +2,14 @@
 
 Subcommands (``elmo SUBCOMMAND --help`` for each):
 
-- ``elmo convert``: original ``options.json`` + HDF5 weights to a model folder (``convert_original_weights``).
+- ``elmo convert``: original ``options.json`` + HDF5 weights to a model folder (``modeling_elmo.commands.convert``).
 - ``elmo embed``: a text file (or stdin) to an HDF5 file of ELMo vectors, one dataset per sentence.
 - ``elmo similar``: cosine similarities of one word's vectors in different sentences (the "bank" demo).
-- ``elmo train-lm``: pretrain or fine-tune the biLM (``modeling_elmo.train_lm``).
-- ``elmo train-tagger``: train a sequence tagger, e.g. NER (``modeling_elmo.train_tagger``).
+- ``elmo train-lm``: pretrain or fine-tune the biLM (``modeling_elmo.training.train_lm``).
+- ``elmo train-tagger``: train a sequence tagger, e.g. NER (``modeling_elmo.training.train_tagger``).
 
 Without ``--model``, ``embed`` and ``similar`` use the demo model bundled in the package
-(``modeling_elmo/demo_model``): a toy-sized biLM this project trained on WikiText-2, not the released
+(``modeling_elmo/commands/demo_model``): a toy-sized biLM this project trained on WikiText-2, not the released
 ELMo. For real use, convert the original weights (``elmo convert``) and pass ``--model FOLDER``.
 
 Exit codes: 0 success; 1 an error the message explains (missing file, unloadable model, bad input...);
@@ -36,9 +36,12 @@ from typing import TextIO
 DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
 OUTPUT_TYPES = ("layers", "elmo", "mean")
 DELEGATED = {
-    "convert": ("convert_original_weights", "convert original ELMo weights (options.json + HDF5) to a model folder"),
-    "train-lm": ("modeling_elmo.train_lm", "pretrain or fine-tune the biLM language model"),
-    "train-tagger": ("modeling_elmo.train_tagger", "train a sequence tagger (e.g. NER) on top of ELMo"),
+    "convert": (
+        "modeling_elmo.commands.convert",
+        "convert original ELMo weights (options.json + HDF5) to a model folder",
+    ),
+    "train-lm": ("modeling_elmo.training.train_lm", "pretrain or fine-tune the biLM language model"),
+    "train-tagger": ("modeling_elmo.training.train_tagger", "train a sequence tagger (e.g. NER) on top of ELMo"),
 }
 DEFAULT_SIMILAR_SENTENCES = (
     "He sat on the bank of the river and watched the water .",
@@ -111,8 +114,8 @@ def load_model(model: str | None, device):
     name = resolve_model(model)
     from transformers.utils import logging as hf_logging
 
-    from .modeling_elmo import ElmoModel
-    from .tokenization_elmo import ElmoTokenizer
+    from ..modeling_elmo import ElmoModel
+    from ..tokenization_elmo import ElmoTokenizer
 
     bar_was_on = hf_logging.is_progress_bar_enabled()
     verbosity = hf_logging.get_verbosity()
@@ -224,7 +227,7 @@ def _write_sentences(
     import h5py
     import numpy as np
 
-    from .embedding_elmo import embed_corpus
+    from ..utils.embedding_elmo import embed_corpus
 
     pending: deque[list[str]] = deque()
 
@@ -590,8 +593,8 @@ plus a dataset "words": row i is sentence i's words joined by single spaces (.sp
 and file attributes output_type, model, num_layers, dim, num_sentences, input_format.
 
 The file is written under a temporary name and renamed when complete: a failed run leaves no file.
-Several processes: accelerate launch --multi_gpu --num_processes N -m modeling_elmo.cli embed FILE -o OUT
-(also on CPU; or torchrun --nproc_per_node N -m modeling_elmo.cli embed ...). Each process embeds every
+Several processes: accelerate launch --multi_gpu --num_processes N -m modeling_elmo.commands.cli embed FILE -o OUT
+(also on CPU; or torchrun --nproc_per_node N -m modeling_elmo.commands.cli embed ...). Each process embeds every
 N-th sentence into a part file; process 0 merges them in input order and deletes the parts.""",
     )
     embed.add_argument("input", nargs="?", default="-", help="UTF-8 text file; - or nothing reads stdin")

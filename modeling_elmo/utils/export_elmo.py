@@ -138,7 +138,7 @@ class ElmoExportWrapper(nn.Module):
 
 def example_inputs(config, batch: int = 2, words: int = 5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Random ``(input_ids (batch, words, C), attention_mask (batch, words))`` with different lengths per row."""
-    from .characters import word_to_char_ids
+    from ..characters import word_to_char_ids
 
     generator = torch.Generator().manual_seed(seed)
     lengths = [words] + [int(torch.randint(1, words + 1, (1,), generator=generator)) for _ in range(batch - 1)]

@@ -1,10 +1,10 @@
 """Pretrain an ELMo biLM on your text, or fine-tune a converted/trained one on domain text.
 
-    python -m modeling_elmo.train_lm --train_file corpus.txt --eval_file heldout.txt \\
+    python -m modeling_elmo.training.train_lm --train_file corpus.txt --eval_file heldout.txt \\
         --preset small --output_dir elmo-mine
-    python -m modeling_elmo.train_lm --train_file domain.txt --eval_file domain-dev.txt \\
+    python -m modeling_elmo.training.train_lm --train_file domain.txt --eval_file domain-dev.txt \\
         --model_name_or_path elmo-original --output_dir elmo-domain --learning_rate 0.05
-    torchrun --nproc_per_node 2 -m modeling_elmo.train_lm ...        # data-parallel, same flags
+    torchrun --nproc_per_node 2 -m modeling_elmo.training.train_lm ...        # data-parallel, same flags
 
 Built on ``transformers.Trainer`` (progress bar, logging, checkpoints, resuming; accelerate underneath),
 ``datasets`` (reading and windowing the text) and [`ElmoForPreTraining`]. The output folder loads with
@@ -26,13 +26,13 @@ import torch
 from transformers import Trainer, TrainingArguments, set_seed
 from transformers.trainer_utils import EvalLoopOutput, get_last_checkpoint
 
-from .configuration_elmo import ElmoConfig
+from ..configuration_elmo import ElmoConfig
+from ..model_card import write_model_card
+from ..modeling_elmo_pretraining import ElmoForPreTraining
+from ..tokenization_elmo import BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
 from .lm_data import TEXT_FORMATS, ElmoLMCollator, ElmoLMStreamCollator, load_lm_datasets
-from .model_card import write_model_card
-from .modeling_elmo_pretraining import ElmoForPreTraining
-from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
 
-logger = logging.getLogger("modeling_elmo.train_lm")
+logger = logging.getLogger("modeling_elmo.training.train_lm")
 
 # The released models' sizes (bilm-tf options files); "tiny" is this package's quick/demo size.
 PRESETS: dict[str, dict] = {
@@ -159,7 +159,7 @@ def _filters(text: str) -> list[list[int]]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m modeling_elmo.train_lm",
+        prog="python -m modeling_elmo.training.train_lm",
         description="Pretrain an ELMo biLM on plain text, or fine-tune an existing one on domain text, with the "
         "original objective (forward and backward LM, one softmax); reports forward, backward and mean perplexity.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -484,7 +484,7 @@ def _how_made(args: argparse.Namespace, trainer: Trainer, vocab_size: int, metri
     files = ", ".join(f"`{os.path.basename(f)}`" for f in args.train_file)
     start = f"fine-tuned from `{args.model_name_or_path}`" if args.model_name_or_path else "trained from scratch"
     text = (
-        f"A biLM {start} with `python -m modeling_elmo.train_lm` (the `modeling_elmo` package) on {files}: "
+        f"A biLM {start} with `python -m modeling_elmo.training.train_lm` (the `modeling_elmo` package) on {files}: "
         f"{trainer.state.global_step} steps of {args.per_device_train_batch_size} windows of up to {args.max_words} "
         f"words per device, {args.training_mode} mode, {args.optimizer} (learning rate "
         f"{trainer.args.learning_rate:g}, gradient clipping {args.max_grad_norm:g}), a {vocab_size}-word vocabulary, "

@@ -1,0 +1,1 @@
+"""The ``elmo`` command and its subcommands (not shipped with saved models)."""

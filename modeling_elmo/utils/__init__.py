@@ -1,0 +1,1 @@
+"""Helpers around the model: corpus embedding, export, and the step-by-step reference path (not shipped)."""
