@@ -1,0 +1,85 @@
+"""The wheel: what it installs, and that building it warns about nothing undeclared (issue #16)."""
+
+from __future__ import annotations
+
+import email
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHIPPED = {
+    "__init__.py",
+    "characters.py",
+    "configuration_elmo.py",
+    "crf.py",
+    "hub_elmo.py",
+    "model_card.py",
+    "modeling_elmo.py",
+    "modeling_elmo_pretraining.py",
+    "modeling_elmo_tagging.py",
+    "pipelines_elmo.py",
+    "py.typed",
+    "softmax_elmo.py",
+    "tokenization_elmo.py",
+}
+
+
+def _source_files() -> list[str]:
+    try:
+        out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("needs a git checkout to know the source files")
+    return [line for line in out.splitlines() if line and (REPO / line).is_file()]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> tuple[Path, str]:
+    pytest.importorskip("setuptools", minversion="77")
+    src = tmp_path_factory.mktemp("src")
+    for name in _source_files():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, src / name)
+    out = tmp_path_factory.mktemp("wheel")
+    build = "from setuptools import build_meta; print(build_meta.build_wheel(%r))" % str(out)
+    done = subprocess.run([sys.executable, "-c", build], cwd=src, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out / done.stdout.strip().splitlines()[-1], done.stdout + done.stderr
+
+
+def test_build_warns_about_nothing_undeclared(wheel):
+    _, log = wheel
+    for sign in ("absent from the `packages` configuration", "SetuptoolsDeprecationWarning", "BuildBackendWarning"):
+        assert sign not in log, log[-3000:]
+
+
+def test_wheel_installs_only_the_package(wheel):
+    path, _ = wheel
+    names = zipfile.ZipFile(path).namelist()
+    top = {name.split("/")[0] for name in names}
+    # No generic top-level modules (configuration_elmo.py, convert_original_weights.py are checkout entries).
+    assert {t for t in top if not t.endswith(".dist-info")} == {"modeling_elmo"}, top
+    package = {name.split("/", 1)[1] for name in names if name.startswith("modeling_elmo/") and name.count("/") == 1}
+    assert package == SHIPPED, package ^ SHIPPED
+    demo = {Path(n).name for n in names if n.startswith("modeling_elmo/commands/demo_model/")}
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"} <= demo
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+
+
+def test_wheel_metadata(wheel):
+    path, _ = wheel
+    archive = zipfile.ZipFile(path)
+    meta_name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+    meta = email.message_from_bytes(archive.read(meta_name))
+    assert meta["License-Expression"] == "Apache-2.0"
+    assert "Typing :: Typed" in meta.get_all("Classifier")
+    assert meta.get_all("Project-URL")
+    extras = set(meta.get_all("Provides-Extra"))
+    assert {"train", "export", "test", "dev"} <= extras
+    entry_points = archive.read(meta_name.replace("METADATA", "entry_points.txt")).decode()
+    assert "elmo = modeling_elmo.commands.cli:main" in entry_points
+    assert "elmo-convert = modeling_elmo.commands.convert:main" in entry_points
