@@ -45,7 +45,7 @@ def wheel(tmp_path_factory) -> tuple[Path, str]:
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / name, src / name)
     out = tmp_path_factory.mktemp("wheel")
-    build = "from setuptools import build_meta; print(build_meta.build_wheel(%r))" % str(out)
+    build = f"from setuptools import build_meta; print(build_meta.build_wheel({str(out)!r}))"
     done = subprocess.run([sys.executable, "-c", build], cwd=src, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     return out / done.stdout.strip().splitlines()[-1], done.stdout + done.stderr
