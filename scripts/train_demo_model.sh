@@ -32,6 +32,7 @@ import sys
 import tempfile
 
 from modeling_elmo import ElmoModel, ElmoTokenizer
+from modeling_elmo.commands.demo_model_card import write_demo_card
 
 work, out = sys.argv[1], sys.argv[2]
 staging = tempfile.mkdtemp(prefix=".demo_model.", dir=os.path.dirname(os.path.abspath(out)))
@@ -55,15 +56,7 @@ with open(os.path.join(work, "eval_results.json")) as f:
 with open(os.path.join(staging, "eval_results.json"), "w") as f:
     json.dump(results, f, indent=2, sort_keys=True)
     f.write("\n")
-ppl = results.get("eval_perplexity", results.get("perplexity"))
-with open(os.path.join(staging, "README.md"), "w") as f:
-    f.write(
-        "# The demo model of modeling_elmo\n\n"
-        "A toy-sized ELMo biLM (2 layers, LSTM 256, projection 64) trained by this project's own LM command "
-        "(`scripts/train_demo_model.sh`) on WikiText-2 (valid.txt: 2000 steps of 32 windows of <= 20 words, about 5 passes), "
-        f"perplexity {ppl:.0f} on test.txt. Not the released ELMo: for real use, "
-        "convert the original weights with `elmo convert`.\n"
-    )
+write_demo_card(staging, results)
 os.chmod(staging, 0o755)  # mkdtemp makes it private; package data should be readable by all
 for name in os.listdir(staging):
     os.chmod(os.path.join(staging, name), 0o644)

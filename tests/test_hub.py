@@ -159,7 +159,7 @@ def test_model_card_metadata_and_sizes(folders, tmp_path):
     header = text.split("---")[1]
     assert "library_name: transformers" in header
     assert "pipeline_tag: feature-extraction" in header
-    assert '"elmo"' in header and "lstm_dim: 32" in header and "projection_dim: 8" in header
+    assert "- elmo" in header and "cell 32, projection 8" in text  # sizes in the card's table, not in metadata
     assert "trust_remote_code=True" in text and GENERATED_MARKER in text
 
     model = ElmoModel(tiny_config())
