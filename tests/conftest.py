@@ -1,7 +1,9 @@
 """Shared test fixtures.
 
-Tests that need the original TensorFlow fixtures read them from ``../shared`` (next to the
-checkout), or from the folder in ``ELMO_SHARED_DIR``. Without it they skip, saying why; with
+The original TensorFlow fixture model (``bilm-residual``: AllenNLP's ELMo test fixtures with outputs computed by
+the original bilm-tf code, Apache-2.0, see its NOTICE) is vendored in ``tests/fixtures/``, so the parity tests run
+on any clone. Only the large data sets (CoNLL-2003, WikiText-2) come from ``../shared/data`` next to the
+checkout, or from the folder in ``ELMO_SHARED_DIR``. Without it those tests skip, saying why; with
 ``ELMO_REQUIRE_SHARED=1`` (set by ``.ci/run``) a missing folder fails them instead.
 """
 
@@ -15,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parent.parent
+VENDORED_FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def shared_dir() -> Path:
@@ -25,8 +28,8 @@ def _require(path: Path) -> Path:
     if path.exists():
         return path
     reason = (
-        f"{path} not found: these tests need the original ELMo fixtures from ../shared "
-        "(or set ELMO_SHARED_DIR to their folder)"
+        f"{path} not found: these tests need the CoNLL-2003 / WikiText-2 data from ../shared "
+        "(or set ELMO_SHARED_DIR to the folder that holds data/)"
     )
     if os.environ.get("ELMO_REQUIRE_SHARED") == "1":
         pytest.fail(reason + "; ELMO_REQUIRE_SHARED=1 forbids skipping them")
@@ -47,8 +50,8 @@ def one_thread():
 
 @pytest.fixture(scope="session")
 def fixture_dir() -> Path:
-    """The TensorFlow fixture model ``fixtures/bilm-residual``."""
-    return _require(shared_dir() / "fixtures" / "bilm-residual")
+    """The TensorFlow fixture model ``bilm-residual``: the vendored copy in ``tests/fixtures``."""
+    return _require(VENDORED_FIXTURES / "bilm-residual")
 
 
 @pytest.fixture(scope="session")
