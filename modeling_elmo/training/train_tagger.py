@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import sys
@@ -34,6 +35,8 @@ from typing import Any
 import torch
 
 from ..model_card import write_model_card
+from .checkpoints import newest_complete_checkpoint
+from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
 
 DOCSTART = "-DOCSTART-"
 IGNORE_INDEX = -100
@@ -58,7 +61,11 @@ def read_conll(path: str | os.PathLike) -> tuple[list[list[str]], list[list[str]
     words: list[str] = []
     labels: list[str] = []
     with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
+        try:
+            lines = list(f)
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{path}: not UTF-8 text (byte {error.start}: {error.reason})") from None
+        for number, line in enumerate(lines, start=1):
             columns = line.split()
             if not columns or columns[0] == DOCSTART:
                 if words:
@@ -397,7 +404,11 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     )
     resume = args.resume_from_checkpoint
     if resume == "last":
-        resume = True
+        # The newest folder may be half-written (a run killed while saving): take the newest complete one.
+        resume = newest_complete_checkpoint(args.output_dir, logging.getLogger("modeling_elmo.training.train_tagger"))
+        if resume is None:
+            raise ValueError(f"--resume_from_checkpoint last: no complete checkpoint in {args.output_dir}")
+        print(f"resuming from {resume}", flush=True)
     started = time.monotonic()
     result = trainer.train(resume_from_checkpoint=resume)
     train_seconds = time.monotonic() - started
@@ -592,20 +603,51 @@ def _check_train_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         parser.error(f"--bilm {args.bilm}: not a folder")
     if args.time_budget < 0 or (args.time_budget and not math.isfinite(args.time_budget)):
         parser.error("--time_budget must be a non-negative number of seconds")
+    check_numbers(parser, args, TRAIN_NUMBER_RULES)
+    check_fraction(parser, args, "dropout", "elmo_dropout")
+
+
+# Numeric flags of training: (lowest, highest, what the bounds mean); see checks.check_numbers.
+TRAIN_NUMBER_RULES: dict[str, tuple] = {
+    "max_train_sentences": (0, None, "0: all"),
+    "max_eval_sentences": (0, None, "0: all"),
+    "max_words": (0, None, "0: no limit"),
+    "min_word_freq": (1, None, ""),
+    "word_dim": (1, None, ""),
+    "hidden_size": (1, None, ""),
+    "num_layers": (0, None, "0: no task BiLSTM"),
+    "l2_coef": (0, None, ""),
+    "epochs": (POSITIVE, None, ""),
+    "max_steps": (0, None, "0: use --epochs"),
+    "batch_size": (1, None, ""),
+    "eval_batch_size": (1, None, ""),
+    "learning_rate": (POSITIVE, None, ""),
+    "warmup_steps": (0, None, ""),
+    "max_grad_norm": (0, None, "0: no clipping"),
+    "eval_steps": (1, None, ""),
+    "save_steps": (1, None, ""),
+    "save_total_limit": (1, None, ""),
+    "logging_steps": (1, None, ""),
+    "seed": (0, MAX_SEED, ""),
+    "num_threads": (0, None, "0: torch's default"),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status."""
+    """Command-line entry point; returns the exit status (1 with one ``error:`` line for bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.predict:
-        return predict(args)
-    _check_train_args(parser, args)
-    if args.num_threads:
-        torch.set_num_threads(args.num_threads)
+        check_numbers(parser, args, {"eval_batch_size": (1, None, "")})
+    else:
+        _check_train_args(parser, args)
     try:
+        if args.predict:
+            return predict(args)
+        if args.num_threads:
+            torch.set_num_threads(args.num_threads)
         train(args)
-    except (FileNotFoundError, ValueError) as error:
+    except (ValueError, OSError) as error:  # bad files, models or values: one line, no traceback
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
