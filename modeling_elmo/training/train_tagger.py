@@ -297,6 +297,42 @@ def make_preprocess_logits(model):
     return preprocess
 
 
+def _tagger_trainer_class():
+    """``Trainer`` whose length-grouped training order depends only on ``--seed`` and the epoch.
+
+    The stock ``LengthGroupedSampler`` draws each epoch's order from the global RNG when the epoch starts, i.e.
+    after the previous epoch's dropout: a run resumed in its second epoch (global RNG restored only later, at
+    the checkpoint's step) drew another order, and its losses differed from an uninterrupted run's.
+    """
+    from transformers import Trainer
+    from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+
+    class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
+        """Length-grouped order from a generator seeded with ``seed + epoch`` (``set_epoch`` is called by the
+        Trainer through accelerate's dataloader at every epoch, also after resuming)."""
+
+        def __init__(self, batch_size: int, lengths: list[int], seed: int):
+            super().__init__(batch_size, lengths=lengths)
+            self.seed = seed
+            self.epoch = 0
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epoch = int(epoch)
+
+        def __iter__(self):
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
+
+    class TaggerTrainer(Trainer):
+        def _get_train_sampler(self, train_dataset=None):
+            sampler = super()._get_train_sampler(train_dataset)
+            if type(sampler) is LengthGroupedSampler:
+                return EpochSeededLengthGroupedSampler(sampler.batch_size, sampler.lengths, self.args.seed)
+            return sampler
+
+    return TaggerTrainer
+
+
 def _time_budget_callback(seconds: float):
     from transformers import TrainerCallback
 
@@ -321,7 +357,7 @@ def _time_budget_callback(seconds: float):
 def train(args: argparse.Namespace) -> dict[str, Any]:
     """Train, evaluate and save; returns the final metrics (``eval_*``, ``train_*``, ``tokens_per_second``)."""
     from datasets import Dataset
-    from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments, set_seed
+    from transformers import DataCollatorForTokenClassification, TrainingArguments, set_seed
 
     set_seed(args.seed)
     train_sentences, train_tags = read_conll(args.train_file)
@@ -391,7 +427,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
     )
-    trainer = Trainer(
+    trainer = _tagger_trainer_class()(
         model=model,
         args=training_args,
         train_dataset=train_data,
