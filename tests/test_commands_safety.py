@@ -23,7 +23,7 @@ from test_reliability import (
 )
 from transformers import pipeline
 
-from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoTokenizer
 from modeling_elmo.training import train_lm, train_tagger
 from modeling_elmo.training.checkpoints import checkpoint_problem, newest_complete_checkpoint
 from modeling_elmo.training.train_tagger import build_word_vocab, predict_sentences
