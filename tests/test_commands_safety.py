@@ -430,6 +430,9 @@ def test_tagger_resume_last_without_a_complete_checkpoint_is_an_error(tagger_run
     argv = [a if a != str(tagger_run["out"]) else str(out) for a in tagger_run["argv"]]
     assert train_tagger.main([*argv, "--max_steps", "5", "--resume_from_checkpoint", "last"]) == 1
     assert "no complete checkpoint" in _error_line(capsys.readouterr().err)
+    named = out / "checkpoint-2"
+    assert train_tagger.main([*argv, "--max_steps", "5", "--resume_from_checkpoint", str(named)]) == 1
+    assert f"{named} is incomplete: no optimizer.pt" in _error_line(capsys.readouterr().err)
 
 
 @pytest.mark.parametrize("how", ["truncated weights", "no trainer_state.json"])
@@ -443,6 +446,9 @@ def test_lm_resume_last_skips_an_incomplete_newest_checkpoint(how, tmp_path, cap
     assert train_lm.main([*argv, "--max_steps", "4"]) == 0
     _damage(out / "checkpoint-4", how)
     assert newest_complete_checkpoint(out) == str(out / "checkpoint-2")
+    with pytest.raises(SystemExit):  # named explicitly, the incomplete one is refused
+        train_lm.main([*argv, "--max_steps", "5", "--resume_from_checkpoint", str(out / "checkpoint-4")])
+    assert f"{out / 'checkpoint-4'} is incomplete" in capsys.readouterr().err
     capsys.readouterr()
     assert train_lm.main([*argv, "--max_steps", "5", "--resume_from_checkpoint", "last"]) == 0
     assert "skipping checkpoint-4" in caplog.text + capsys.readouterr().err

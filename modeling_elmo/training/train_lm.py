@@ -30,7 +30,7 @@ from ..configuration_elmo import ElmoConfig
 from ..model_card import write_model_card
 from ..modeling_elmo_pretraining import ElmoForPreTraining
 from ..tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
-from .checkpoints import newest_complete_checkpoint
+from .checkpoints import checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
 from .lm_data import TEXT_FORMATS, ElmoLMCollator, ElmoLMStreamCollator, load_lm_datasets
 
@@ -375,6 +375,9 @@ def _resume_checkpoint(args: argparse.Namespace, parser: argparse.ArgumentParser
     if args.resume_from_checkpoint:
         if not os.path.isdir(args.resume_from_checkpoint):
             parser.error(f"--resume_from_checkpoint: {args.resume_from_checkpoint} is not a folder")
+        problem = checkpoint_problem(args.resume_from_checkpoint)
+        if problem:
+            parser.error(f"--resume_from_checkpoint: {args.resume_from_checkpoint} is incomplete: {problem}")
         return args.resume_from_checkpoint
     if last is not None and not args.overwrite_output_dir and args.train_file:
         parser.error(

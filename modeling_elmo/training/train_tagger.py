@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from ..model_card import write_model_card
-from .checkpoints import newest_complete_checkpoint
+from .checkpoints import checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
 
 DOCSTART = "-DOCSTART-"
@@ -445,6 +445,10 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         if resume is None:
             raise ValueError(f"--resume_from_checkpoint last: no complete checkpoint in {args.output_dir}")
         print(f"resuming from {resume}", flush=True)
+    elif resume:
+        problem = checkpoint_problem(resume) if Path(resume).is_dir() else "not a folder"
+        if problem:
+            raise ValueError(f"--resume_from_checkpoint: {resume} is incomplete: {problem}")
     started = time.monotonic()
     result = trainer.train(resume_from_checkpoint=resume)
     train_seconds = time.monotonic() - started
