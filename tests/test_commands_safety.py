@@ -454,3 +454,24 @@ def test_lm_resume_last_skips_an_incomplete_newest_checkpoint(how, tmp_path, cap
     assert "skipping checkpoint-4" in caplog.text + capsys.readouterr().err
     state = json.loads((out / "checkpoint-5" / "trainer_state.json").read_text())
     assert [e["step"] for e in state["log_history"] if "loss" in e] == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.slow
+def test_lm_resumes_exactly_after_a_kill_in_its_second_epoch(tmp_path: Path):
+    """The LM's shuffled order is drawn per epoch from the seed (accelerate's seedable sampler): resuming in the
+    second epoch is exact too."""
+    pytest.importorskip("datasets")
+    pytest.importorskip("accelerate")
+    rng = np.random.default_rng(0)
+    train = tmp_path / "train.txt"
+    train.write_text("".join(" ".join(rng.choice(_WORDS, size=rng.integers(3, 12))) + "\n" for _ in range(32)))
+    args = [
+        "--train_file", str(train), *TINY_LM, "--dropout", "0.1", "--max_steps", str(RESUME_STEPS),
+        "--num_train_epochs", "100", "--save_steps", "6", "--save_total_limit", "10", "--logging_steps", "1",
+        "--seed", "7",
+    ]  # fmt: skip
+    whole, resumed, killed_after = _kill_and_resume("modeling_elmo.training.train_lm", args, tmp_path)
+    assert killed_after == 6
+    state = json.loads((tmp_path / "killed" / "checkpoint-6" / "trainer_state.json").read_text())
+    assert 1 < state["epoch"] < 2
+    _assert_same_losses(whole, resumed, killed_after)
