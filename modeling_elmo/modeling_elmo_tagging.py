@@ -71,6 +71,8 @@ class ElmoTagEncoder(nn.Module):
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         words = features.shape[1]
+        if words == 0:  # only empty sentences: nothing to run (packing would fail on empty tensors)
+            return features.new_zeros(features.shape[0], 0, 2 * self.lstm.hidden_size)
         # pack_padded_sequence rejects empty rows: give them one (zero, later masked) step.
         packed = pack_padded_sequence(features, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
         output, _ = self.lstm(packed)

@@ -11,16 +11,63 @@ It travels with a saved tagger: the config names it in ``custom_pipelines`` unde
 
 runs it. With this package imported it is also registered as the task ``"elmo-token-classification"`` (no remote
 code needed), or pass ``pipeline_class=ElmoTokenClassificationPipeline``.
+
+[`ElmoFeatureExtractionPipeline`] (task ``"elmo-feature-extraction"``) gives one ELMo vector per word, also with
+``batch_size > 1``: the stock ``feature-extraction`` pipeline cannot unbatch [`ElmoModel`]'s output (its
+``elmo_representations`` is a tuple of mixes, which the pipeline indexes as if it were batch-first) and pads a
+shorter sentence's vectors with zero vectors.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from transformers import AutoModelForTokenClassification
-from transformers.pipelines import PIPELINE_REGISTRY, TokenClassificationPipeline
+from transformers import AutoModel, AutoModelForTokenClassification
+from transformers.pipelines import PIPELINE_REGISTRY, FeatureExtractionPipeline, TokenClassificationPipeline
 from transformers.pipelines.token_classification import AggregationStrategy
 
+from .tokenization_elmo import VOCAB_IDS_PAD
+
 TASK = "elmo-token-classification"
+FEATURE_TASK = "elmo-feature-extraction"
+
+
+def _unpad_character_ids(model_inputs: dict) -> dict:
+    """Undo the pipeline batch collation's padding of ELMo inputs, in place.
+
+    With ``batch_size > 1`` a pipeline pads every key of a shorter sentence to the longest: ``input_ids`` with
+    ``tokenizer.pad_token_id`` (the ``<pad>`` word's vocabulary id, e.g. 10000, not a character id) and
+    ``vocab_ids`` with 0. ELMo pads a word with a row of zero character ids and ``vocab_ids`` with ``-100``, as
+    [`ElmoTokenizer`] does; ``attention_mask`` ``(B, W)`` (padded with 0) says which rows are padding.
+    """
+    mask = model_inputs.get("attention_mask")
+    if mask is not None and mask.dim() == 2 and not bool(mask.all()):
+        words = mask.bool()
+        model_inputs["input_ids"] = model_inputs["input_ids"].masked_fill(~words.unsqueeze(-1), 0)
+        if model_inputs.get("vocab_ids") is not None:
+            model_inputs["vocab_ids"] = model_inputs["vocab_ids"].masked_fill(~words, VOCAB_IDS_PAD)
+    return model_inputs
+
+
+class ElmoFeatureExtractionPipeline(FeatureExtractionPipeline):
+    """``feature-extraction`` for [`ElmoModel`]: per sentence ``(1, words, 2P)``, the model's ``elmo`` mix, the same
+    with any ``batch_size`` (no padding vectors).
+
+    ``pipeline("elmo-feature-extraction", model=folder)`` (this package imported), or
+    ``pipeline("feature-extraction", model=folder, pipeline_class=ElmoFeatureExtractionPipeline)``.
+    """
+
+    def _forward(self, model_inputs):
+        mask = model_inputs["attention_mask"]
+        output = self.model(**_unpad_character_ids(model_inputs))
+        if output.elmo is None:
+            raise ValueError("this model computes no ELMo mix (num_output_representations=0)")
+        # Batch-first tensors only, so that the pipeline can split a batch into its sentences.
+        return {"elmo": output.elmo, "attention_mask": mask}  # (B, W, 2P), (B, W)
+
+    def postprocess(self, model_outputs, return_tensors=False):
+        words = int(model_outputs["attention_mask"].sum())
+        vectors = model_outputs["elmo"][:, :words]  # (1, words, 2P): the padding's vectors dropped
+        return vectors if return_tensors else vectors.tolist()
 
 
 class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
@@ -38,6 +85,10 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
         yield from super().preprocess(
             sentence, offset_mapping=offset_mapping, tokenizer_params=tokenizer_params, **preprocess_params
         )
+
+    def _forward(self, model_inputs):
+        """As the base class, after undoing the batch collation's padding (``batch_size > 1``) of the ids."""
+        return super()._forward(_unpad_character_ids(model_inputs))
 
     def gather_pre_entities(
         self,
@@ -100,4 +151,9 @@ if TASK not in PIPELINE_REGISTRY.supported_tasks:  # also imported as remote cod
         type="text",
     )
 
-__all__ = ["ElmoTokenClassificationPipeline"]
+if FEATURE_TASK not in PIPELINE_REGISTRY.supported_tasks:
+    PIPELINE_REGISTRY.register_pipeline(
+        FEATURE_TASK, pipeline_class=ElmoFeatureExtractionPipeline, pt_model=AutoModel, type="text"
+    )
+
+__all__ = ["ElmoFeatureExtractionPipeline", "ElmoTokenClassificationPipeline"]

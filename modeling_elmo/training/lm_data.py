@@ -166,6 +166,41 @@ def make_stream_windows(
     return out
 
 
+def check_text_file(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> None:
+    """Raise ``ValueError`` naming ``path`` unless it is UTF-8 text with at least one non-blank line.
+
+    Read once, in chunks (memory does not grow with the file). Catches what ``datasets`` would report as an
+    unexplained ``DatasetGenerationError`` (an empty, binary or non-UTF-8 file) or as an empty training set.
+    """
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    has_text = False
+    with open(path, "rb") as handle:
+        while True:
+            chunk = handle.read(chunk_bytes)
+            if not chunk:
+                break
+            nul = chunk.find(b"\0")
+            if nul >= 0:
+                raise ValueError(f"{path}: not a text file (a NUL byte at byte {offset + nul})")
+            try:
+                text = decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{path}: not UTF-8 text (byte {offset + error.start}: {error.reason})") from None
+            has_text = has_text or (bool(text) and not text.isspace())
+            offset += len(chunk)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text (it ends inside a character: {error.reason})") from None
+    if offset == 0:
+        raise ValueError(f"{path}: the file is empty")
+    if not has_text:
+        raise ValueError(f"{path}: no text, only blank lines")
+
+
 def load_lm_datasets(
     tokenizer,
     train_files: Sequence[str] | None,
@@ -213,6 +248,8 @@ def load_lm_datasets(
             missing = [f for f in files if not os.path.isfile(f)]
             if missing:
                 raise FileNotFoundError(f"{split} file(s) not found: {', '.join(missing)}")
+            for f in files:
+                check_text_file(f)
             data_files[split] = list(files)
     if not data_files:
         raise ValueError("no text files given")
@@ -240,6 +277,9 @@ def load_lm_datasets(
 
     with first(desc="cutting windows"):
         windowed = words.map(windows, batched=True, num_proc=num_proc, remove_columns=["words"], desc="Windows")
+    for split, windowed_split in windowed.items():
+        if len(windowed_split) == 0:  # e.g. lines the tokenizer splits into no words at all
+            raise ValueError(f"the {split} file(s) {', '.join(data_files[split])} give no words")
     if stream_rows and "train" in words:
         sentences = list(words["train"]["words"])
         if stream_seed is not None:
@@ -312,6 +352,7 @@ __all__ = [
     "ElmoLMStreamCollator",
     "TEXT_FORMATS",
     "build_vocab",
+    "check_text_file",
     "load_lm_datasets",
     "make_stream_windows",
     "make_windows",

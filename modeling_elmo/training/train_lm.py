@@ -29,7 +29,9 @@ from transformers.trainer_utils import EvalLoopOutput, get_last_checkpoint
 from ..configuration_elmo import ElmoConfig
 from ..model_card import write_model_card
 from ..modeling_elmo_pretraining import ElmoForPreTraining
-from ..tokenization_elmo import BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
+from ..tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
+from .checkpoints import checkpoint_problem, newest_complete_checkpoint
+from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
 from .lm_data import TEXT_FORMATS, ElmoLMCollator, ElmoLMStreamCollator, load_lm_datasets
 
 logger = logging.getLogger("modeling_elmo.training.train_lm")
@@ -307,6 +309,41 @@ def _training_arguments(args: argparse.Namespace) -> TrainingArguments:
     return TrainingArguments(**kwargs)
 
 
+# Numeric flags: (lowest, highest, what the bounds mean); see checks.check_numbers.
+NUMBER_RULES: dict[str, tuple] = {
+    "max_words": (1, None, ""),
+    "min_count": (1, None, ""),
+    "max_vocab": (len(BILM_SPECIAL_WORDS) + 1, None, "the special words and one word"),
+    "max_train_samples": (1, None, ""),
+    "max_eval_samples": (1, None, ""),
+    "preprocessing_num_workers": (1, None, ""),
+    "lstm_dim": (1, None, ""),
+    "projection_dim": (1, None, ""),
+    "n_layers": (1, None, ""),
+    "n_highway": (0, None, ""),
+    "char_embedding_dim": (1, None, ""),
+    "cell_clip": (POSITIVE, None, ""),
+    "proj_clip": (POSITIVE, None, ""),
+    "num_samples": (0, None, "0: full softmax"),
+    "learning_rate": (POSITIVE, None, ""),
+    "adagrad_initial_accumulator": (0, None, ""),
+    "weight_decay": (0, None, ""),
+    "warmup_steps": (0, None, ""),
+    "max_grad_norm": (0, None, "0: no clipping"),
+    "num_train_epochs": (POSITIVE, None, ""),
+    "max_steps": (-1, None, "-1: train for --num_train_epochs"),
+    "per_device_train_batch_size": (1, None, ""),
+    "per_device_eval_batch_size": (1, None, ""),
+    "gradient_accumulation_steps": (1, None, ""),
+    "seed": (0, MAX_SEED, ""),
+    "logging_steps": (1, None, ""),
+    "save_steps": (1, None, ""),
+    "save_total_limit": (1, None, ""),
+    "eval_steps": (1, None, ""),
+    "dataloader_num_workers": (0, None, ""),
+}
+
+
 def _check_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     if not args.train_file and not args.eval_file:
         parser.error("give --train_file (to train) and/or --eval_file (to evaluate)")
@@ -316,13 +353,13 @@ def _check_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> No
         given = [f"--{name}" for name in SIZE_ARGUMENTS if getattr(args, name) is not None]
         if given:
             parser.error(f"{', '.join(given)} set the sizes of a new biLM; they cannot change --model_name_or_path's")
-    for name in ("max_words", "per_device_train_batch_size", "per_device_eval_batch_size", "min_count"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1")
-    if args.num_samples < 0:
-        parser.error("--num_samples must be >= 0 (0: full softmax)")
-    if not 0.0 <= args.dropout < 1.0:
-        parser.error("--dropout must be in [0, 1)")
+    check_numbers(parser, args, NUMBER_RULES)
+    check_fraction(parser, args, "dropout")
+    if args.max_steps == 0:
+        parser.error("--max_steps must be -1 (train for --num_train_epochs) or >= 1, got 0")
+    for width, count in args.char_cnn_filters or []:
+        if width < 1 or count < 1:
+            parser.error(f"--char_cnn_filters: widths and counts must be >= 1, got {width}:{count}")
 
 
 def _resume_checkpoint(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str | None:
@@ -330,10 +367,17 @@ def _resume_checkpoint(args: argparse.Namespace, parser: argparse.ArgumentParser
     if args.resume_from_checkpoint == "last":
         if last is None:
             parser.error(f"--resume_from_checkpoint last: no checkpoint-* folder in {args.output_dir}")
-        return last
+        # The newest folder may be half-written (a run killed while saving): take the newest complete one.
+        complete = newest_complete_checkpoint(args.output_dir, logger)
+        if complete is None:
+            parser.error(f"--resume_from_checkpoint last: no complete checkpoint in {args.output_dir}")
+        return complete
     if args.resume_from_checkpoint:
         if not os.path.isdir(args.resume_from_checkpoint):
             parser.error(f"--resume_from_checkpoint: {args.resume_from_checkpoint} is not a folder")
+        problem = checkpoint_problem(args.resume_from_checkpoint)
+        if problem:
+            parser.error(f"--resume_from_checkpoint: {args.resume_from_checkpoint} is incomplete: {problem}")
         return args.resume_from_checkpoint
     if last is not None and not args.overwrite_output_dir and args.train_file:
         parser.error(
@@ -383,16 +427,37 @@ def _build_model(args: argparse.Namespace, vocab: dict[str, int]) -> ElmoForPreT
                 len(vocab),
                 old.lm_vocab_size,
             )
-        return ElmoForPreTraining.from_pretrained(
-            args.model_name_or_path, stateful=False, ignore_mismatched_sizes=new_softmax, **lm
+        model, info = ElmoForPreTraining.from_pretrained(
+            args.model_name_or_path,
+            stateful=False,
+            ignore_mismatched_sizes=new_softmax,
+            output_loading_info=True,
+            **lm,
         )
+        missing = [name for name in info["missing_keys"] if name.startswith("softmax.")]
+        if missing and not args.train_file:
+            # Evaluating a random softmax would report a meaningless perplexity that changes with --seed.
+            raise ValueError(
+                f"{args.model_name_or_path} has no trained softmax ({', '.join(sorted(missing))} missing from its "
+                "weights, e.g. a model saved as ElmoModel): its perplexity cannot be evaluated; train the softmax "
+                "first with --train_file"
+            )
+        return model
     sizes = dict(PRESETS[args.preset])
     sizes.update({name: getattr(args, name) for name in SIZE_ARGUMENTS if getattr(args, name) is not None})
     return ElmoForPreTraining(ElmoConfig(**sizes, **lm))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command; returns the exit status (0 on success)."""
+    """Run the command; returns the exit status (0 on success, 1 with one ``error:`` line for bad input)."""
+    try:
+        return _main(argv)
+    except (ValueError, OSError) as error:  # bad files, models or values: one line, no traceback
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_args(args, parser)

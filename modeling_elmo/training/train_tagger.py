@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import sys
@@ -34,6 +35,8 @@ from typing import Any
 import torch
 
 from ..model_card import write_model_card
+from .checkpoints import checkpoint_problem, newest_complete_checkpoint
+from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
 
 DOCSTART = "-DOCSTART-"
 IGNORE_INDEX = -100
@@ -58,7 +61,11 @@ def read_conll(path: str | os.PathLike) -> tuple[list[list[str]], list[list[str]
     words: list[str] = []
     labels: list[str] = []
     with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, start=1):
+        try:
+            lines = list(f)
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{path}: not UTF-8 text (byte {error.start}: {error.reason})") from None
+        for number, line in enumerate(lines, start=1):
             columns = line.split()
             if not columns or columns[0] == DOCSTART:
                 if words:
@@ -290,6 +297,42 @@ def make_preprocess_logits(model):
     return preprocess
 
 
+def _tagger_trainer_class():
+    """``Trainer`` whose length-grouped training order depends only on ``--seed`` and the epoch.
+
+    The stock ``LengthGroupedSampler`` draws each epoch's order from the global RNG when the epoch starts, i.e.
+    after the previous epoch's dropout: a run resumed in its second epoch (global RNG restored only later, at
+    the checkpoint's step) drew another order, and its losses differed from an uninterrupted run's.
+    """
+    from transformers import Trainer
+    from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+
+    class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
+        """Length-grouped order from a generator seeded with ``seed + epoch`` (``set_epoch`` is called by the
+        Trainer through accelerate's dataloader at every epoch, also after resuming)."""
+
+        def __init__(self, batch_size: int, lengths: list[int], seed: int):
+            super().__init__(batch_size, lengths=lengths)
+            self.seed = seed
+            self.epoch = 0
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epoch = int(epoch)
+
+        def __iter__(self):
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
+
+    class TaggerTrainer(Trainer):
+        def _get_train_sampler(self, train_dataset=None):
+            sampler = super()._get_train_sampler(train_dataset)
+            if type(sampler) is LengthGroupedSampler:
+                return EpochSeededLengthGroupedSampler(sampler.batch_size, sampler.lengths, self.args.seed)
+            return sampler
+
+    return TaggerTrainer
+
+
 def _time_budget_callback(seconds: float):
     from transformers import TrainerCallback
 
@@ -314,7 +357,7 @@ def _time_budget_callback(seconds: float):
 def train(args: argparse.Namespace) -> dict[str, Any]:
     """Train, evaluate and save; returns the final metrics (``eval_*``, ``train_*``, ``tokens_per_second``)."""
     from datasets import Dataset
-    from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments, set_seed
+    from transformers import DataCollatorForTokenClassification, TrainingArguments, set_seed
 
     set_seed(args.seed)
     train_sentences, train_tags = read_conll(args.train_file)
@@ -384,7 +427,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
     )
-    trainer = Trainer(
+    trainer = _tagger_trainer_class()(
         model=model,
         args=training_args,
         train_dataset=train_data,
@@ -397,7 +440,15 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     )
     resume = args.resume_from_checkpoint
     if resume == "last":
-        resume = True
+        # The newest folder may be half-written (a run killed while saving): take the newest complete one.
+        resume = newest_complete_checkpoint(args.output_dir, logging.getLogger("modeling_elmo.training.train_tagger"))
+        if resume is None:
+            raise ValueError(f"--resume_from_checkpoint last: no complete checkpoint in {args.output_dir}")
+        print(f"resuming from {resume}", flush=True)
+    elif resume:
+        problem = checkpoint_problem(resume) if Path(resume).is_dir() else "not a folder"
+        if problem:
+            raise ValueError(f"--resume_from_checkpoint: {resume} is incomplete: {problem}")
     started = time.monotonic()
     result = trainer.train(resume_from_checkpoint=resume)
     train_seconds = time.monotonic() - started
@@ -592,20 +643,51 @@ def _check_train_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
         parser.error(f"--bilm {args.bilm}: not a folder")
     if args.time_budget < 0 or (args.time_budget and not math.isfinite(args.time_budget)):
         parser.error("--time_budget must be a non-negative number of seconds")
+    check_numbers(parser, args, TRAIN_NUMBER_RULES)
+    check_fraction(parser, args, "dropout", "elmo_dropout")
+
+
+# Numeric flags of training: (lowest, highest, what the bounds mean); see checks.check_numbers.
+TRAIN_NUMBER_RULES: dict[str, tuple] = {
+    "max_train_sentences": (0, None, "0: all"),
+    "max_eval_sentences": (0, None, "0: all"),
+    "max_words": (0, None, "0: no limit"),
+    "min_word_freq": (1, None, ""),
+    "word_dim": (1, None, ""),
+    "hidden_size": (1, None, ""),
+    "num_layers": (0, None, "0: no task BiLSTM"),
+    "l2_coef": (0, None, ""),
+    "epochs": (POSITIVE, None, ""),
+    "max_steps": (0, None, "0: use --epochs"),
+    "batch_size": (1, None, ""),
+    "eval_batch_size": (1, None, ""),
+    "learning_rate": (POSITIVE, None, ""),
+    "warmup_steps": (0, None, ""),
+    "max_grad_norm": (0, None, "0: no clipping"),
+    "eval_steps": (1, None, ""),
+    "save_steps": (1, None, ""),
+    "save_total_limit": (1, None, ""),
+    "logging_steps": (1, None, ""),
+    "seed": (0, MAX_SEED, ""),
+    "num_threads": (0, None, "0: torch's default"),
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status."""
+    """Command-line entry point; returns the exit status (1 with one ``error:`` line for bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.predict:
-        return predict(args)
-    _check_train_args(parser, args)
-    if args.num_threads:
-        torch.set_num_threads(args.num_threads)
+        check_numbers(parser, args, {"eval_batch_size": (1, None, "")})
+    else:
+        _check_train_args(parser, args)
     try:
+        if args.predict:
+            return predict(args)
+        if args.num_threads:
+            torch.set_num_threads(args.num_threads)
         train(args)
-    except (FileNotFoundError, ValueError) as error:
+    except (ValueError, OSError) as error:  # bad files, models or values: one line, no traceback
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
