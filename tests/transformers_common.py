@@ -2,9 +2,10 @@
 for the installed transformers version.
 
 The wheel does not ship transformers' ``tests/`` folder; its source distribution does. [`load`] finds the
-needed files in a cache folder (``ELMO_TRANSFORMERS_TESTS``, default ``.cache/transformers-tests/<version>/``
-in the checkout), fetches them once with ``pip download --no-binary :all: --no-deps transformers==<version>``
-when they are missing, and imports them as the package ``transformers_common_tests``. Where they cannot be
+needed files in the ``tests/`` folder of a cache folder (``ELMO_TRANSFORMERS_TESTS``, default
+``.cache/transformers-tests/<version>/`` in the checkout; a transformers checkout of that version also works),
+fetches them once with ``pip download --no-binary :all: --no-deps transformers==<version>`` when they are
+missing, and imports that ``tests/`` folder as the package ``transformers_common_tests``. Where they cannot be
 fetched the tests skip, saying why; with ``ELMO_REQUIRE_SHARED=1`` (CI) they fail instead.
 
 A few modules that the common tests import are not in the source distribution. Small stand-ins (below) take
@@ -19,7 +20,11 @@ the real ones):
   every ``PreTrainedConfig`` takes, which ``ConfigTester.check_config_arguments_init`` passes to the config
   and reads back.
 
-``tests/utils/tiny_model_summary.json`` is only read by the pipeline mixin, which is not used here.
+- ``fixtures/sample_text.txt``, which ``TokenizerTesterMixin.setUpClass`` reads (into an attribute no test
+  uses): a few lines of our own text, written into the cache.
+
+``tests/utils/tiny_model_summary.json`` is only read by the pipeline mixin, which is not used here. The folder
+is named ``tests`` because transformers' ``get_tests_dir()`` looks for the nearest folder whose name ends so.
 
 Fetch from the command line (``.ci/run`` does, before pytest): ``python tests/transformers_common.py``.
 """
@@ -60,12 +65,16 @@ def cache_dir(version: str = transformers.__version__) -> Path:
     return Path(override) if override else REPO / ".cache" / "transformers-tests" / version
 
 
+SAMPLE_TEXT = "The cat sat on the mat.\nELMo reads characters, not word pieces.\nNew York is a city.\n"
+
+
 def missing_files(folder: Path) -> list[str]:
-    return [name for name in NEEDED if not (folder / name).is_file()]
+    """The needed files that ``folder/tests/`` lacks."""
+    return [name for name in NEEDED if not (folder / "tests" / name).is_file()]
 
 
 def fetch(folder: Path, version: str = transformers.__version__, timeout: float = 300) -> Path:
-    """Download transformers' source distribution and extract the needed test files into ``folder``.
+    """Download transformers' source distribution and extract the needed test files into ``folder/tests/``.
 
     The files land in a temporary folder beside ``folder`` that is then renamed: an interrupted fetch leaves
     nothing half-written. Raises [`TransformersTestsUnavailable`] naming the cause.
@@ -97,8 +106,8 @@ def fetch(folder: Path, version: str = transformers.__version__, timeout: float 
         if done.returncode != 0 or not archives:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise TransformersTestsUnavailable(f"pip download of transformers=={version} failed: {last}")
-        staged = work / "tests"
-        staged.mkdir()
+        staged = work / "cache"
+        (staged / "tests" / "fixtures").mkdir(parents=True)
         with tarfile.open(archives[0]) as archive:
             members = {Path(m.name).relative_to(Path(m.name).parts[0]).as_posix(): m for m in archive.getmembers()}
             for name in NEEDED:
@@ -107,9 +116,10 @@ def fetch(folder: Path, version: str = transformers.__version__, timeout: float 
                     raise TransformersTestsUnavailable(
                         f"the source distribution of transformers=={version} has no tests/{name}"
                     )
-                (staged / name).write_bytes(archive.extractfile(member).read())
+                (staged / "tests" / name).write_bytes(archive.extractfile(member).read())
         # transformers' tests/ is a package; test_configuration_common.py also executes this file.
-        (staged / "__init__.py").write_text("")
+        (staged / "tests" / "__init__.py").write_text("")
+        (staged / "tests" / "fixtures" / "sample_text.txt").write_text(SAMPLE_TEXT, encoding="utf-8")
         if missing_files(folder):
             if folder.exists():
                 shutil.rmtree(folder)
@@ -182,18 +192,23 @@ def load() -> types.ModuleType:
     if missing_files(folder):
         if "ELMO_TRANSFORMERS_TESTS" in os.environ:
             raise TransformersTestsUnavailable(
-                f"ELMO_TRANSFORMERS_TESTS={folder} lacks {', '.join(missing_files(folder))} "
-                "(point it at transformers' tests/ folder of the installed version)"
+                f"ELMO_TRANSFORMERS_TESTS={folder} lacks tests/{', tests/'.join(missing_files(folder))} "
+                "(point it at a folder whose tests/ holds transformers' common tests of the installed version)"
             )
         fetch(folder)
-    init = folder / "__init__.py"
+    tests = folder / "tests"
+    init = tests / "__init__.py"
     if not init.is_file():
         init.write_text("")
-    spec = importlib.util.spec_from_file_location(PACKAGE, init, submodule_search_locations=[str(folder)])
+    sample = tests / "fixtures" / "sample_text.txt"
+    if not sample.is_file():
+        sample.parent.mkdir(exist_ok=True)
+        sample.write_text(SAMPLE_TEXT, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(PACKAGE, init, submodule_search_locations=[str(tests)])
     package = importlib.util.module_from_spec(spec)
     sys.modules[PACKAGE] = package
     spec.loader.exec_module(package)
-    _install_stand_ins(folder)
+    _install_stand_ins(tests)
     return package
 
 
