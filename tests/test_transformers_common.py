@@ -13,10 +13,10 @@ import unittest
 import pytest
 import torch
 from transformers.models.auto import modeling_auto
+from transformers_common import load_or_skip
 
 from modeling_elmo import ElmoConfig, ElmoForPreTraining, ElmoForTokenClassification, ElmoModel
 from modeling_elmo.characters import BEGIN_OF_WORD_CHAR, END_OF_WORD_CHAR, PADDING_CHAR
-from tests.transformers_common import load_or_skip
 
 modeling_common, configuration_common = load_or_skip("test_modeling_common", "test_configuration_common")
 ModelTesterMixin = modeling_common.ModelTesterMixin

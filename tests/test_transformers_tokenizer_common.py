@@ -12,12 +12,11 @@ otherwise are skipped, each with its reason:
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import unittest
 
+from transformers_common import load_or_skip
+
 from modeling_elmo import ElmoTokenizer
-from tests.transformers_common import load_or_skip
 
 (tokenization_common,) = load_or_skip("test_tokenization_common")
 TokenizerTesterMixin = tokenization_common.TokenizerTesterMixin

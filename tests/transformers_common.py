@@ -100,8 +100,9 @@ def fetch(folder: Path, version: str = transformers.__version__, timeout: float 
         ]
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            raise TransformersTestsUnavailable(f"pip download of transformers=={version} took over {timeout:.0f} s")
+        except subprocess.TimeoutExpired as error:
+            message = f"pip download of transformers=={version} took over {timeout:.0f} s"
+            raise TransformersTestsUnavailable(message) from error
         archives = sorted((work / "sdist").glob("transformers-*.tar.gz"))
         if done.returncode != 0 or not archives:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -186,8 +187,6 @@ def load() -> types.ModuleType:
 
     Raises [`TransformersTestsUnavailable`] when they cannot be had.
     """
-    if PACKAGE in sys.modules:
-        return sys.modules[PACKAGE]
     folder = cache_dir()
     if missing_files(folder):
         if "ELMO_TRANSFORMERS_TESTS" in os.environ:
@@ -196,6 +195,8 @@ def load() -> types.ModuleType:
                 "(point it at a folder whose tests/ holds transformers' common tests of the installed version)"
             )
         fetch(folder)
+    if PACKAGE in sys.modules:  # imported once per process
+        return sys.modules[PACKAGE]
     tests = folder / "tests"
     init = tests / "__init__.py"
     if not init.is_file():
@@ -221,12 +222,13 @@ def load_or_skip(*modules: str) -> list[types.ModuleType]:
 
     try:
         load()
-    except TransformersTestsUnavailable as error:
-        reason = f"transformers' common tests (transformers=={transformers.__version__}) are not available: {error}"
+        return [importlib.import_module(f"{PACKAGE}.{name}") for name in modules]
+    except (TransformersTestsUnavailable, ImportError) as error:
+        cause = str(error) if isinstance(error, TransformersTestsUnavailable) else f"{error} (pip install -e '.[test]')"
+        reason = f"transformers' common tests (transformers=={transformers.__version__}) are not available: {cause}"
         if os.environ.get("ELMO_REQUIRE_SHARED") == "1":
             pytest.fail(reason + "; ELMO_REQUIRE_SHARED=1 forbids skipping them", pytrace=False)
         pytest.skip(reason, allow_module_level=True)
-    return [importlib.import_module(f"{PACKAGE}.{name}") for name in modules]
 
 
 if __name__ == "__main__":
