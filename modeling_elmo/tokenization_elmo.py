@@ -646,16 +646,20 @@ class ElmoTokenizer(TokenizersBackend):
                 data[key] = data[key].tolist()  # let BatchEncoding convert it
 
     def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False, **kwargs) -> list[str]:
-        """The words of ``text`` as the pre-tokenizer splits them (the words themselves, not ``<UNK>``)."""
+        """The words of ``text`` as the pre-tokenizer splits them (the words themselves, not ``<UNK>``).
+
+        ``split_special_tokens`` overrides the tokenizer's setting for this call, as in ``__call__``.
+        """
         if pair is not None:
             raise ValueError("ElmoTokenizer encodes single sentences: pair is not supported")
         is_split_into_words = kwargs.pop("is_split_into_words", False)
+        split_special_tokens = kwargs.pop("split_special_tokens", None)
         if not is_split_into_words and not isinstance(text, str):
             raise TypeError(f"tokenize() takes one str, got {_type_name(text)}")
         batch, _ = self._as_batch(text, is_split_into_words)
         if len(batch) != 1:
             raise TypeError("tokenize() takes one sentence")
-        ((_, words, _),) = self._run_backend(batch, is_split_into_words)
+        ((_, words, _),) = self._run_backend(batch, is_split_into_words, split_special_tokens=split_special_tokens)
         return [word for word in words if word is not None]
 
     # -----------------------------------------------------------------------------------------

@@ -36,6 +36,12 @@ def _require(path: Path) -> Path:
     pytest.skip(reason)
 
 
+def pytest_configure(config):
+    # Markers of transformers' own common tests (fetched by tests/transformers_common.py).
+    for name in ("accelerate_tests", "flash_attn_test", "flash_attn_3_test", "flash_attn_4_test", "torch_compile_test"):
+        config.addinivalue_line("markers", f"{name}: a marker of transformers' common tests")
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """One intra-op thread for a module of tiny-model tests: thread hand-offs cost more than they save on tiny

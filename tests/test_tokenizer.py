@@ -171,6 +171,14 @@ def test_unusual_text_is_well_defined(tok, text, words):
     assert enc["input_ids"][0].tolist() == [row(word) for word in words]
 
 
+def test_split_special_tokens_per_call_in_tokenize_as_in_call(tok):
+    # Special tokens in raw text are characters by default (split_special_tokens=True); a call may say otherwise,
+    # and tokenize() must follow it as __call__ does (it ignored the argument).
+    assert tok.tokenize("a <pad> b") == ["a", "<", "pad", ">", "b"]
+    assert tok.decode(tok("a <pad> b", split_special_tokens=False)["input_ids"]) == "a <pad> b"
+    assert tok.tokenize("a <pad> b", split_special_tokens=False) == ["a", "<pad>", "b"]
+
+
 def test_empty_text_gives_zero_words(tok):
     assert tok("")["input_ids"] == []
     assert tok("")["attention_mask"] == []
