@@ -582,7 +582,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         ):
             raise ValueError(f"{os.fspath(name)} is not a .safetensors file: ELMo weights load only from safetensors")
         if isinstance(name, (str, os.PathLike)) and os.path.isdir(name):
-            folder = os.path.join(name, kwargs.get("subfolder") or "")
+            folder = os.path.join(name, kwargs["subfolder"]) if kwargs.get("subfolder") else os.fspath(name)
             files = set(os.listdir(folder)) if os.path.isdir(folder) else set()
             if kwargs.get("config") is None and "config.json" not in files:
                 raise OSError(
