@@ -472,6 +472,10 @@ def _check_checkpoint_dtypes(files: Sequence[str], floating: set[str]) -> None:
             )
 
 
+def _is_float_tensor(value) -> bool:
+    return not isinstance(value, torch.Tensor) or value.is_floating_point()  # other values: transformers decides
+
+
 def _check_finite(model: nn.Module, source: str) -> None:
     """Refuse NaN or infinite values in a loaded model's floating weights and buffers (one pass over them)."""
     bad = [
@@ -640,7 +644,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         if checkpoint_files:
             _check_checkpoint_dtypes(checkpoint_files, floating)
         if state_dict:
-            bad = sorted(k for k, v in state_dict.items() if k in floating and not v.is_floating_point())
+            bad = sorted(k for k, v in state_dict.items() if k in floating and not _is_float_tensor(v))
             if bad:
                 raise ValueError(f"state_dict holds weights of a non-floating dtype: {', '.join(bad[:8])}")
         return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs)
