@@ -472,7 +472,7 @@ def _check_checkpoint_dtypes(files: Sequence[str], floating: set[str]) -> None:
             )
 
 
-def _is_float_tensor(value) -> bool:
+def _floating_or_not_a_tensor(value) -> bool:
     return not isinstance(value, torch.Tensor) or value.is_floating_point()  # other values: transformers decides
 
 
@@ -644,7 +644,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         if checkpoint_files:
             _check_checkpoint_dtypes(checkpoint_files, floating)
         if state_dict:
-            bad = sorted(k for k, v in state_dict.items() if k in floating and not _is_float_tensor(v))
+            bad = sorted(k for k, v in state_dict.items() if k in floating and not _floating_or_not_a_tensor(v))
             if bad:
                 raise ValueError(f"state_dict holds weights of a non-floating dtype: {', '.join(bad[:8])}")
         return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs)
