@@ -23,11 +23,11 @@ runs on inputs the eager model refuses, giving meaningless outputs (issue #13): 
 (numpy arrays or tensors) on every batch before the graph. The eager [`ElmoExportWrapper`] checks them itself.
 
 - ``input_ids``: ``(B, W, C)`` int64, ``C = config.max_characters_per_token``, ``B, W >= 1``; every id in
-  ``[0, 262)`` (as [`ElmoTokenizer`] makes them). A negative id or one >= 262 indexes outside the character
-  embedding (ONNX ``Gather``: an error or garbage, depending on the runtime).
+  ``[0, 262)`` (as [`ElmoTokenizer`] makes them). ONNX ``Gather`` counts a negative id from the end of the
+  character embedding (silently another character); an id >= 262 is an error or garbage, by runtime.
 - ``attention_mask``: ``(B, W)`` int64 of 0 and 1 only, right-padded: each sentence's words first, then 0s.
-  A left-padded or gapped mask is read as ``sum(mask)`` words from the left (the graph only uses the lengths
-  for ``<S>``/``</S>`` and the reversal); other values (2, -1) are taken as 1.
+  The graph takes ``sum(mask)`` of a row as its length and also zeroes the words where the mask is 0, so a
+  left-padded or gapped mask gives meaningless outputs, and other values (2, -1) count as 1.
 
     check_export_inputs(input_ids, attention_mask, config)   # raises ValueError/TypeError; then
     session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
