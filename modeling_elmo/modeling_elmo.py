@@ -621,19 +621,22 @@ class ElmoPreTrainedModel(PreTrainedModel):
             problems += [
                 f"{k}: checkpoint {tuple(a)}, config {tuple(b)}" for k, a, b in sorted(info["mismatched_keys"])
             ]
-        for kind in ("missing_keys", "unexpected_keys"):
+        # from_pretrained(None, config=..., state_dict=...): the caller chose the weights, missing ones are initialised
+        kinds = ("missing_keys", "unexpected_keys") if name is not None else ("unexpected_keys",)
+        for kind in kinds:
             for key in sorted(info[kind]):
                 if key.removeprefix(prefix).startswith(core):
                     problems.append(
                         f"{key}: {'not in the checkpoint' if kind == 'missing_keys' else 'not in the model'}"
                     )
+        source = os.fspath(name) if isinstance(name, (str, os.PathLike)) else "the given state_dict"
         if problems:
             shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
             raise ValueError(
-                f"the weights in {os.fspath(name)} do not fit the config (wrong sizes or layer counts in config.json "
+                f"the weights in {source} do not fit the config (wrong sizes or layer counts in config.json "
                 f"or in from_pretrained arguments?): {shown}"
             )
-        _check_finite(model, os.fspath(name) if isinstance(name, (str, os.PathLike)) else "the checkpoint")
+        _check_finite(model, source)
         return (model, info) if want_info else model
 
     @staticmethod
