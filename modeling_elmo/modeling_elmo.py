@@ -17,6 +17,7 @@ D = lstm_dim, T = W + 2 (words plus the sentence boundaries the model adds).
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -28,10 +29,12 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.utils import ModelOutput, can_return_tuple
+from transformers.utils import ModelOutput, can_return_tuple, logging
 
 from .characters import NUM_CHARACTERS, PADDING_CHAR, begin_of_sentence_ids, end_of_sentence_ids, word_to_char_ids
 from .configuration_elmo import ElmoConfig
+
+logger = logging.get_logger(__name__)
 
 PADDING_ID = PADDING_CHAR + 1  # the padding mark after the +1 shift of all character ids
 # Memory bounds for long inputs (issue #8), exact (outputs do not depend on them beyond float rounding):
@@ -314,6 +317,69 @@ class ElmoScalarMix(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
+# Input validation (issue #13): one function for the eager model and for callers of an exported graph
+# ---------------------------------------------------------------------------------------------
+
+
+def check_inputs(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor | None, max_characters_per_token: int
+) -> torch.Tensor:
+    """Validate a batch for [`ElmoModel`] and return its word mask ``(B, W)`` bool.
+
+    Args:
+        input_ids: ``(B, W, C)`` int64 or int32 character ids in ``[0, 262)`` (``C = max_characters_per_token``),
+            as [`ElmoTokenizer`] makes them; a padded word is a row of zeros.
+        attention_mask: ``None`` (then the words are the non-zero character rows), or a ``(B, W)`` tensor of
+            bool or integer dtype holding only 0 and 1, right-padded (each sentence's words first, then
+            padding). Floating-point masks are refused by name, as are lists and arrays: 0.5, 2, -1 or NaN
+            have no meaning as a mask, and a float mask is easily a mask of weights rather than of words.
+
+    Raises:
+        TypeError: ``attention_mask`` is not a tensor.
+        ValueError: naming ``input_ids`` or ``attention_mask`` and what is wrong (shape, dtype, values, padding).
+    """
+    chars = max_characters_per_token
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 3 or input_ids.shape[-1] != chars:
+        shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
+        raise ValueError(
+            f"input_ids must be a (batch, words, {chars}) tensor of character ids from ElmoTokenizer, got {shape}"
+        )
+    if input_ids.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"input_ids must hold integer character ids (int64 or int32), got dtype {input_ids.dtype}")
+    if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= NUM_CHARACTERS):
+        raise ValueError(f"character ids must be in [0, {NUM_CHARACTERS}); is this the output of ElmoTokenizer?")
+    if attention_mask is None:
+        return input_ids.ne(0).any(dim=-1)
+    if not isinstance(attention_mask, torch.Tensor):
+        raise TypeError(
+            f"attention_mask must be a torch.Tensor of 0/1 (bool or integer dtype), got {type(attention_mask).__name__}"
+        )
+    if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
+        raise ValueError(
+            f"attention_mask must have shape (batch, words) = {tuple(input_ids.shape[:2])}, "
+            f"got {tuple(attention_mask.shape)}"
+        )
+    if attention_mask.dtype != torch.bool:
+        if attention_mask.is_floating_point() or attention_mask.is_complex():
+            raise ValueError(
+                f"attention_mask must have a bool or integer dtype (1 for words, 0 for padding), got "
+                f"{attention_mask.dtype}; pass mask.long() or mask.bool() if it holds only 0 and 1"
+            )
+        bad = attention_mask.ne(0) & attention_mask.ne(1)
+        if bad.any():
+            where = tuple(bad.nonzero()[0].tolist())
+            raise ValueError(
+                f"attention_mask must hold only 0 (padding) and 1 (words), got {attention_mask[where].item()} "
+                f"at {where}"
+            )
+    mask = attention_mask.bool()
+    prefix = torch.arange(mask.shape[1], device=mask.device) < mask.sum(dim=1, keepdim=True)
+    if not torch.equal(mask, prefix):
+        raise ValueError("attention_mask must be right-padded: the words of a sentence first, then padding")
+    return mask
+
+
+# ---------------------------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------------------------
 
@@ -338,6 +404,144 @@ class ElmoModelOutput(ModelOutput):
     mask: torch.Tensor | None = None
 
 
+# ---------------------------------------------------------------------------------------------
+# Loading checks (issues #8, #13): safetensors only, floating and finite weights, clear errors for bad sources
+# ---------------------------------------------------------------------------------------------
+
+# Seconds to wait for the Hugging Face Hub before loading a Hub id: without it, an unreachable Hub costs
+# huggingface_hub's 5 retries with backoff (~23 s) per file, 212 s for `elmo embed` (issue #13).
+HUB_PROBE_TIMEOUT = 5.0
+_SAFETENSORS_INDEX_SUFFIX = ".safetensors.index.json"
+
+
+def _check_safetensors_indexes(folder: str) -> None:
+    """Refuse an index (``*.safetensors.index.json`` in ``folder``) that names any file but a ``.safetensors`` file
+    of that folder: transformers would open a ``pytorch_model.bin`` it names with ``torch.load`` (a pickle)."""
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(_SAFETENSORS_INDEX_SUFFIX):
+            continue
+        index = os.path.join(folder, name)
+        try:
+            with open(index, encoding="utf-8") as handle:
+                weight_map = json.load(handle).get("weight_map")
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError) as error:
+            raise OSError(f"cannot read the safetensors index {index}: {error}") from error
+        if not isinstance(weight_map, dict):
+            raise OSError(f"the safetensors index {index} has no weight_map object")
+        for shard in sorted({repr(v) if not isinstance(v, str) else v for v in weight_map.values()}):
+            # a plain name: no folder part (another folder, an absolute path, a Windows path), not "." or ".."
+            plain = os.path.basename(shard) == shard and "\\" not in shard and shard not in (".", "..")
+            if not (plain and shard.endswith(".safetensors")):
+                raise OSError(
+                    f"the safetensors index {index} names {shard!r}: an index may name only .safetensors files in "
+                    "its own folder (pickled weights such as pytorch_model.bin are never loaded)"
+                )
+
+
+def _floating_names(model: nn.Module) -> set[str]:
+    """The state-dict names of ``model``'s floating tensors, also with the base model's prefix added and removed
+    (a head loads a base checkpoint and the other way round)."""
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    names = {name for name, tensor in model.state_dict().items() if tensor.is_floating_point()}
+    return names | {prefix + name for name in names} | {name.removeprefix(prefix) for name in names}
+
+
+def _check_checkpoint_dtypes(files: Sequence[str], floating: set[str]) -> None:
+    """Refuse checkpoint files other than safetensors, and non-floating tensors for the model's floating ones.
+
+    Reads only the files' headers. Integer or bool weights would be cast to the model's dtype and give
+    all-zero or meaningless outputs; complex ones would lose their imaginary part. Tensors the model keeps in
+    another dtype (the CRF's bool ``constraint_mask``), or does not load at all, are not checked.
+    """
+    from safetensors import safe_open
+
+    for file in files:
+        if not os.fspath(file).endswith(".safetensors"):
+            raise OSError(
+                f"{os.fspath(file)} is not a .safetensors file: ELMo weights load only from safetensors (is it named "
+                f"by a {_SAFETENSORS_INDEX_SUFFIX}?)"
+            )
+        with safe_open(file, framework="pt") as handle:
+            dtypes = {key: handle.get_slice(key).get_dtype() for key in handle.keys() if key in floating}
+        bad = [f"{key} ({dtype})" for key, dtype in sorted(dtypes.items()) if not dtype.startswith(("F", "BF"))]
+        if bad:
+            shown = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
+            raise ValueError(
+                f"{os.fspath(file)} holds weights of a non-floating dtype: {shown}; ELMo weights must be "
+                "floating point (F16, BF16, F32 or F64)"
+            )
+
+
+def _floating_or_not_a_tensor(value) -> bool:
+    return not isinstance(value, torch.Tensor) or value.is_floating_point()  # other values: transformers decides
+
+
+def _check_finite(model: nn.Module, source: str) -> None:
+    """Refuse NaN or infinite values in a loaded model's floating weights and buffers (one pass over them)."""
+    bad = [
+        name
+        for name, tensor in model.state_dict().items()
+        if tensor.is_floating_point() and tensor.device.type != "meta" and not bool(torch.isfinite(tensor).all())
+    ]
+    if bad:
+        shown = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
+        raise ValueError(f"the weights in {source} hold NaN or infinite values: {shown}")
+
+
+def _is_hub_id(name: str) -> bool:
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return False
+    return True
+
+
+def hub_local_files_only(
+    name: str, local_files_only: bool = False, revision: str | None = None, cache_dir=None
+) -> bool:
+    """Check that ``name``, which is no local path, can be loaded as a Hugging Face Hub id; say whether to load it
+    from the local cache only (``local_files_only``).
+
+    Offline (``HF_HUB_OFFLINE=1``, or ``local_files_only``) the model must be in the cache. Online, the Hub is
+    probed once with a ``HUB_PROBE_TIMEOUT`` s request (through the same proxies as the downloads); if it cannot
+    be reached, a cached copy is used, else the error comes at once instead of after minutes of retries.
+
+    Raises:
+        OSError: ``name`` is no folder and not a Hub id; or it is not cached and cannot be downloaded.
+    """
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if not _is_hub_id(name):
+        raise OSError(f"no such folder {name} (and not a Hugging Face Hub id such as owner/name)")
+    try:
+        cached = isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache_dir, revision=revision), str)
+    except Exception:  # an unusual revision or cache layout: let the download decide
+        cached = False
+    if local_files_only or constants.is_offline_mode():
+        if not cached:
+            raise OSError(
+                f"no such folder {name}, and the Hub id {name} is not in the local Hugging Face cache (offline: "
+                "HF_HUB_OFFLINE or local_files_only is set)"
+            )
+        return True
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=HUB_PROBE_TIMEOUT)
+    except Exception as error:  # DNS, refused, timeout, proxy, TLS: any answer at all would do
+        if cached:
+            logger.warning(f"cannot reach {constants.ENDPOINT} ({error}): loading {name} from the local cache")
+            return True
+        raise OSError(
+            f"no such folder {name}, and the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached to download "
+            f"it as a Hub id ({type(error).__name__}: {error}). Check the path, or the network (HF_HUB_OFFLINE=1 "
+            "loads only from the local cache)"
+        ) from error
+    return False
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
@@ -349,15 +553,24 @@ class ElmoPreTrainedModel(PreTrainedModel):
     # config is an error, not a silent random init of the parts that do not fit.
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """As ``PreTrainedModel.from_pretrained``, with three checks.
+        """As ``PreTrainedModel.from_pretrained``, with these checks.
 
         - Weights are read only from safetensors files: ``pytorch_model.bin`` (a pickle) is never
-          opened, ``use_safetensors=False`` is refused (``ValueError``).
+          opened, ``use_safetensors=False`` is refused (``ValueError``), and a ``*.safetensors.index.json``
+          that names any file but a ``.safetensors`` file of its folder is refused (``OSError`` naming the
+          index and the file) before anything is read.
         - A corrupt or truncated ``model.safetensors`` raises ``OSError`` naming the file.
+        - Weights must be floating point and finite: tensors of integer, bool or complex dtype (read from the
+          files' headers) or with NaN or infinite values (one pass over the loaded weights, about as long as
+          copying them once) raise ``ValueError`` naming them.
         - Biases and weights of the biLM (``char_cnn.*``, ``bilm.*``) whose shape differs from the
           config's, or that the checkpoint lacks or has in excess (e.g. another ``n_layers``), raise
           ``ValueError`` listing them, unless ``ignore_mismatched_sizes=True`` (then transformers
           re-initialises the mismatched ones). New heads and extra scalar mixes may still be missing.
+        - Clear errors for a wrong source (``OSError``): a folder without ``config.json`` (unless ``config`` is
+          given), a path that does not exist and is no Hub id, and a Hub id while the Hub cannot be reached and
+          the model is not cached (found out with one short request, not minutes of retries: see
+          [`hub_local_files_only`]).
         """
         if kwargs.get("use_safetensors") is False:
             raise ValueError(
@@ -373,12 +586,22 @@ class ElmoPreTrainedModel(PreTrainedModel):
         ):
             raise ValueError(f"{os.fspath(name)} is not a .safetensors file: ELMo weights load only from safetensors")
         if isinstance(name, (str, os.PathLike)) and os.path.isdir(name):
-            folder = os.path.join(name, kwargs.get("subfolder") or "")
+            folder = os.path.join(name, kwargs["subfolder"]) if kwargs.get("subfolder") else os.fspath(name)
             files = set(os.listdir(folder)) if os.path.isdir(folder) else set()
-            if not any(f.endswith(".safetensors") or f.endswith(".safetensors.index.json") for f in files):
+            if kwargs.get("config") is None and "config.json" not in files:
+                raise OSError(
+                    f"{folder} is not a folder with config.json: an ELMo model folder (made by save_pretrained, "
+                    "`elmo convert` or `elmo train-lm`) holds config.json and model.safetensors"
+                )
+            if not any(f.endswith(".safetensors") or f.endswith(_SAFETENSORS_INDEX_SUFFIX) for f in files):
                 pickles = sorted(f for f in files if f.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl")))
                 found = f" (found {', '.join(pickles)}: pickled weights are never loaded)" if pickles else ""
                 raise OSError(f"no model.safetensors in {folder}{found}")
+            _check_safetensors_indexes(folder)
+        elif isinstance(name, (str, os.PathLike)) and not os.path.exists(name):
+            kwargs["local_files_only"] = hub_local_files_only(
+                os.fspath(name), kwargs.get("local_files_only", False), kwargs.get("revision"), kwargs.get("cache_dir")
+            )
         ignore_mismatched = kwargs.pop("ignore_mismatched_sizes", False)
         want_info = kwargs.pop("output_loading_info", False)
         try:
@@ -398,19 +621,36 @@ class ElmoPreTrainedModel(PreTrainedModel):
             problems += [
                 f"{k}: checkpoint {tuple(a)}, config {tuple(b)}" for k, a, b in sorted(info["mismatched_keys"])
             ]
-        for kind in ("missing_keys", "unexpected_keys"):
+        # from_pretrained(None, config=..., state_dict=...): the caller chose the weights, missing ones are initialised
+        kinds = ("missing_keys", "unexpected_keys") if name is not None else ("unexpected_keys",)
+        for kind in kinds:
             for key in sorted(info[kind]):
                 if key.removeprefix(prefix).startswith(core):
                     problems.append(
                         f"{key}: {'not in the checkpoint' if kind == 'missing_keys' else 'not in the model'}"
                     )
+        source = os.fspath(name) if isinstance(name, (str, os.PathLike)) else "the given state_dict"
         if problems:
             shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
             raise ValueError(
-                f"the weights in {os.fspath(name)} do not fit the config (wrong sizes or layer counts in config.json "
+                f"the weights in {source} do not fit the config (wrong sizes or layer counts in config.json "
                 f"or in from_pretrained arguments?): {shown}"
             )
+        _check_finite(model, source)
         return (model, info) if want_info else model
+
+    @staticmethod
+    def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs):
+        # The one place that sees the resolved weight files, local or downloaded from the Hub, before they are
+        # read: refuse anything but safetensors, and non-floating tensors (from the headers only).
+        floating = _floating_names(model)
+        if checkpoint_files:
+            _check_checkpoint_dtypes(checkpoint_files, floating)
+        if state_dict:
+            bad = sorted(k for k, v in state_dict.items() if k in floating and not _floating_or_not_a_tensor(v))
+            if bad:
+                raise ValueError(f"state_dict holds weights of a non-floating dtype: {', '.join(bad[:8])}")
+        return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -449,6 +689,7 @@ class ElmoModel(ElmoPreTrainedModel):
         self._states: list[LstmState] | None = None  # stateful mode: per layer, (2, rows, size)
         self._token_cache: dict[bytes, int] | None = None  # character row -> row of _token_cache_vectors
         self._token_cache_vectors: torch.Tensor | None = None
+        self._token_cache_weights: list[torch.Tensor] = []  # the encoder's weights the cache was built with
         self.register_buffer("_boundary_ids", self._make_boundary_ids(config), persistent=False)
         self.post_init()
 
@@ -473,9 +714,16 @@ class ElmoModel(ElmoPreTrainedModel):
         """Layer 0 (without the ``[x; x]`` doubling) of words given as character ids ``(N, C)``: ``(N, P)``.
 
         Each distinct word is encoded once; words in the token cache (see [`build_token_cache`]) are
-        looked up instead, unless the character encoder is being trained.
+        looked up instead, unless the character encoder is being trained. A cache built for other weights
+        than the character encoder's current ones is dropped first (see [`build_token_cache`]).
         """
         unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
+        if self._token_cache is not None and not self._token_cache_is_current():
+            logger.warning(
+                "the token cache was built for other character-encoder weights (they changed, or the model moved "
+                "to another device or dtype): dropped it; call build_token_cache again to use one"
+            )
+            self.clear_token_cache()
         cache = self._token_cache
         trainable = torch.is_grad_enabled() and any(p.requires_grad for p in self.char_cnn.parameters())
         if cache is None or trainable or unique.shape[0] == 0:
@@ -489,13 +737,32 @@ class ElmoModel(ElmoPreTrainedModel):
             vectors[missing] = self.char_cnn(unique.index_select(0, missing))
         return vectors[inverse]
 
+    def _token_cache_is_current(self) -> bool:
+        """Whether the character encoder's weights are still those the token cache was built with.
+
+        Compares the weights themselves with the copy taken by [`build_token_cache`] (dtype, device, shape and
+        every value), so any change counts: an optimizer step (fused kernels too, which autograd's version
+        counters do not see), ``load_state_dict``, in-place edits (also through ``.data``), ``.to()``. The cost is
+        one read of the encoder's weights per call (18M values for the original model: ~30 ms on one CPU
+        thread, a few % of what the cache saves on a batch of 640 words).
+        """
+        saved = self._token_cache_weights
+        params = list(self.char_cnn.parameters())
+        return len(saved) == len(params) and all(
+            old.dtype == new.dtype and old.device == new.device and old.shape == new.shape and torch.equal(old, new)
+            for old, new in zip(saved, params, strict=True)
+        )
+
     @torch.no_grad()
     def build_token_cache(self, words: Iterable[str], batch_size: int = 2048, progress: bool = True) -> int:
         """Precompute layer 0 for a vocabulary, as the original's cached-vocabulary mode does.
 
         Later calls look these words up instead of running the character CNN on them; other words
         still go through the CNN, so outputs do not change. The cache is not saved with the model;
-        it is ignored while the character encoder is being trained (its weights would change).
+        it is ignored while the character encoder is being trained, and dropped (with a warning) at the
+        next call once the encoder's weights differ from those it was built with: after an optimizer
+        step, ``load_state_dict``, any in-place edit, or moving the model to another device or dtype
+        (build it after ``.to()``). It keeps a copy of the encoder's weights for that check.
 
         Args:
             words: e.g. ``tokenizer.get_vocab()`` or the lines of a bilm-tf vocabulary file.
@@ -512,15 +779,17 @@ class ElmoModel(ElmoPreTrainedModel):
         for start in tqdm(range(0, len(keys), batch_size), desc="Caching word vectors", disable=not progress):
             chunk = [torch.frombuffer(bytearray(k), dtype=torch.int16) for k in keys[start : start + batch_size]]
             vectors.append(self.char_cnn(torch.stack(chunk).long().to(self.device)))
-        self._token_cache = {key: index for index, key in enumerate(keys)}
-        self._token_cache_vectors = torch.cat(vectors) if vectors else None
-        if not vectors:
-            self._token_cache = None
+        self.clear_token_cache()
+        if vectors:
+            self._token_cache = {key: index for index, key in enumerate(keys)}
+            self._token_cache_vectors = torch.cat(vectors)
+            self._token_cache_weights = [p.detach().clone() for p in self.char_cnn.parameters()]
         return len(keys)
 
     def clear_token_cache(self) -> None:
         """Drop the cache of [`build_token_cache`]."""
         self._token_cache = self._token_cache_vectors = None
+        self._token_cache_weights = []
 
     def mix_l2_penalty(self) -> torch.Tensor:
         """``scalar_mix_l2_coef * sum ||w||^2`` over the mixes, for a head to add to its loss."""
@@ -586,28 +855,8 @@ class ElmoModel(ElmoPreTrainedModel):
         return outputs
 
     def _word_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        chars = self.config.max_characters_per_token
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 3 or input_ids.shape[-1] != chars:
-            shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-            raise ValueError(
-                f"input_ids must be a (batch, words, {chars}) tensor of character ids from ElmoTokenizer, got {shape}"
-            )
-        if input_ids.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"input_ids must hold integer character ids (int64 or int32), got dtype {input_ids.dtype}")
-        if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= NUM_CHARACTERS):
-            raise ValueError(f"character ids must be in [0, {NUM_CHARACTERS}); is this the output of ElmoTokenizer?")
-        if attention_mask is None:
-            return input_ids.ne(0).any(dim=-1)
-        if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
-            raise ValueError(
-                f"attention_mask must have shape (batch, words) = {tuple(input_ids.shape[:2])}, "
-                f"got {tuple(attention_mask.shape)}"
-            )
-        mask = attention_mask.bool()
-        prefix = torch.arange(mask.shape[1], device=mask.device) < mask.sum(dim=1, keepdim=True)
-        if not torch.equal(mask, prefix):
-            raise ValueError("attention_mask must be right-padded: the words of a sentence first, then padding")
-        return mask
+        """The validated word mask ``(B, W)`` bool of a batch: see [`check_inputs`]."""
+        return check_inputs(input_ids, attention_mask, self.config.max_characters_per_token)
 
     def _add_boundaries(self, input_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(R, W, C)`` words -> ``(R, W + 2, C)`` with ``<S>`` first and ``</S>`` after the last word."""

@@ -867,6 +867,13 @@ class ElmoTokenizer(TokenizersBackend):
             token_ids = [token_ids]
         if isinstance(token_ids, list):
             token_ids = [int(index) for index in token_ids if not _is_int(index) or index >= 0]
+            # The Rust tokenizer takes u32 ids: a larger one is an OverflowError there, not a clear error.
+            too_large = [index for index in token_ids if index >= len(self)]
+            if too_large:
+                raise ValueError(
+                    f"decode: token id {too_large[0]} is not in the vocabulary (ids are in [0, {len(self)}), "
+                    "or negative for padding)"
+                )
         return super()._decode(
             token_ids,
             skip_special_tokens=skip_special_tokens,

@@ -74,9 +74,14 @@ def demo_model_path() -> Path:
 def resolve_model(model: str | None) -> str:
     """``model`` as given, or the bundled demo model's folder; a clear error if neither exists."""
     if model is not None:
+        if os.path.isdir(model) and not os.path.isfile(os.path.join(model, "config.json")):
+            raise CliError(
+                f"--model {model} is not a folder with config.json: a model folder (made by `elmo convert` or "
+                "`elmo train-lm`) holds config.json, model.safetensors and the tokenizer files."
+            )
         if os.path.isdir(model) or (not os.path.exists(model) and _HUB_ID.fullmatch(model)):
             return model
-        what = "is not a folder" if os.path.exists(model) else "no such folder"
+        what = "is not a folder" if os.path.exists(model) else "no such folder (and not a Hub id)"
         raise CliError(
             f"--model {model}: {what}. Give a model folder (made by `elmo convert` or `elmo train-lm`) "
             "or a Hugging Face Hub id (owner/name)."
@@ -114,17 +119,23 @@ def load_model(model: str | None, device):
     name = resolve_model(model)
     from transformers.utils import logging as hf_logging
 
-    from ..modeling_elmo import ElmoModel
+    from ..modeling_elmo import ElmoModel, hub_local_files_only
     from ..tokenization_elmo import ElmoTokenizer
 
+    offline = False
+    if not os.path.exists(name):  # a Hub id: one quick check that it can be had, instead of minutes of retries
+        try:
+            offline = hub_local_files_only(name)
+        except OSError as err:
+            raise CliError(f"--model {name}: {err}") from err
     bar_was_on = hf_logging.is_progress_bar_enabled()
     verbosity = hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()  # transformers' "Loading weights" bar; ours are enough
     # and no load report for a pretraining folder (its LM softmax is rightly left out); errors still show
     hf_logging.set_verbosity_error()
     try:
-        tokenizer = ElmoTokenizer.from_pretrained(name)
-        elmo = ElmoModel.from_pretrained(name)
+        tokenizer = ElmoTokenizer.from_pretrained(name, local_files_only=offline)
+        elmo = ElmoModel.from_pretrained(name, local_files_only=offline)
     except (OSError, ValueError, KeyError) as err:
         raise CliError(
             f"could not load an ELMo model from {name!r}: {err}. Give --model a folder made by `elmo convert` "

@@ -17,6 +17,20 @@ Outputs equal the eager model's on the words (about 1e-6); padded positions are 
     export_onnx(wrapper, "elmo.onnx")                 # inputs input_ids, attention_mask; outputs elmo, layers
 
 Stateless only (``config.stateful`` is ignored): every sentence starts from zero states.
+
+The contract of an exported graph (``torch.export`` program or ONNX file). The graph cannot refuse an input, and
+runs on inputs the eager model refuses, giving meaningless outputs (issue #13): call [`check_export_inputs`]
+(numpy arrays or tensors) on every batch before the graph. The eager [`ElmoExportWrapper`] checks them itself.
+
+- ``input_ids``: ``(B, W, C)`` int64, ``C = config.max_characters_per_token``, ``B, W >= 1``; every id in
+  ``[0, 262)`` (as [`ElmoTokenizer`] makes them). ONNX ``Gather`` counts a negative id from the end of the
+  character embedding (silently another character); an id >= 262 is an error or garbage, by runtime.
+- ``attention_mask``: ``(B, W)`` int64 of 0 and 1 only, right-padded: each sentence's words first, then 0s.
+  The graph takes ``sum(mask)`` of a row as its length and also zeroes the words where the mask is 0, so a
+  left-padded or gapped mask gives meaningless outputs, and other values (2, -1) count as 1.
+
+    check_export_inputs(input_ids, attention_mask, config)   # raises ValueError/TypeError; then
+    session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
 """
 
 from __future__ import annotations
@@ -53,7 +67,8 @@ class ElmoExportWrapper(nn.Module):
     Shares the model's parameters (no copy). ``forward(input_ids (B, W, C) int64, attention_mask (B, W) int64)``
     returns ``elmo`` ``(B, W, 2P)`` (the first scalar mix, or the mean of the layers if the model has none) and
     ``layers`` ``(L + 1, B, W, 2P)`` (``[x; x]``, then ``[forward_h; backward_h]`` of each LSTM layer), both zero
-    at padded words. The attention mask must be right-padded (1 for words, then 0).
+    at padded words. The attention mask must be right-padded (1 for words, then 0). Called eagerly, it refuses inputs
+    outside that contract with [`check_export_inputs`]; exported graphs do not (call it before them).
     """
 
     def __init__(self, model: nn.Module):
@@ -102,6 +117,9 @@ class ElmoExportWrapper(nn.Module):
         return outputs + inputs if layer.residual else outputs
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # Eager calls refuse what the model refuses; a graph cannot hold the checks (see check_export_inputs).
+        if not (torch.compiler.is_compiling() or torch.compiler.is_exporting()):
+            check_export_inputs(input_ids, attention_mask, self.config)
         batch, words, chars = input_ids.shape
         mask = attention_mask.to(torch.bool)
         lengths = mask.sum(dim=1)  # (B,)
@@ -134,6 +152,37 @@ class ElmoExportWrapper(nn.Module):
         else:
             elmo = torch.stack(layers).mean(dim=0)
         return elmo, torch.stack(layers)
+
+
+def check_export_inputs(input_ids, attention_mask, config) -> None:
+    """Refuse inputs outside the contract of an exported ELMo graph (see the module docstring), as the eager model
+    refuses them: call it on each batch before running a ``torch.export`` program or an ONNX session.
+
+    Args:
+        input_ids: ``(B, W, C)`` int64 character ids, a numpy array or a tensor.
+        attention_mask: ``(B, W)`` int64 0/1 mask, right-padded; a numpy array or a tensor.
+        config: the exported model's [`ElmoConfig`] (for ``max_characters_per_token``).
+
+    Raises:
+        TypeError: an input is neither a numpy array nor a tensor.
+        ValueError: naming ``input_ids`` or ``attention_mask`` and what is wrong (dtype, shape, values, padding).
+    """
+    import numpy as np
+
+    from ..modeling_elmo import check_inputs
+
+    tensors = []
+    for name, value in zip(INPUT_NAMES, (input_ids, attention_mask), strict=True):
+        if isinstance(value, np.ndarray):
+            value = torch.from_numpy(value)
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a numpy array or a torch.Tensor, got {type(value).__name__}")
+        if value.dtype != torch.int64:  # the graph's input type
+            raise ValueError(f"{name} of an exported ELMo graph must be int64, got {value.dtype}")
+        if value.dim() < 2 or 0 in value.shape[:2]:
+            raise ValueError(f"{name} must have at least one sentence and one word, got shape {tuple(value.shape)}")
+        tensors.append(value)
+    check_inputs(tensors[0], tensors[1], config.max_characters_per_token)
 
 
 def example_inputs(config, batch: int = 2, words: int = 5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,4 +242,4 @@ def export_onnx(
     return os.fspath(path)
 
 
-__all__ = ["ElmoExportWrapper", "example_inputs", "export_onnx", "export_program"]
+__all__ = ["ElmoExportWrapper", "check_export_inputs", "example_inputs", "export_onnx", "export_program"]
