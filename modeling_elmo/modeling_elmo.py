@@ -17,6 +17,7 @@ D = lstm_dim, T = W + 2 (words plus the sentence boundaries the model adds).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -494,9 +495,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         except Exception as error:
             if type(error).__name__ != "SafetensorError":
                 raise
-            raise OSError(
-                f"cannot read the safetensors weights of {source}: corrupt or truncated ({error})"
-            ) from error
+            raise OSError(f"cannot read the safetensors weights of {source}: corrupt or truncated ({error})") from error
         prefix = cls.base_model_prefix + "."
         core = ("char_cnn.", "bilm.")
         problems = []
@@ -547,6 +546,58 @@ class ElmoPreTrainedModel(PreTrainedModel):
             super()._init_weights(module)
 
 
+@torch.no_grad()
+def init_pretraining_scales(model: ElmoModel, module: nn.Module) -> bool:
+    """Initialise ``module``, a part of ``model``'s biLM, with the original (bilm-tf) training scales; returns
+    whether ``module`` is one it covers. ``ElmoModel._init_weights`` applies it module by module (leaves
+    first) when built with ``pretraining_init=True``, as [`ElmoForPreTraining`] does.
+
+    ``normal(0, initializer_range)`` everywhere shrinks the signal at every layer of the character CNN, so a
+    new biLM would start with near-zero outputs and gradients. The original's scales keep unit-order activations:
+
+    - character embedding ``U(-1, 1)``, row 0 (no character) zero; each convolution ``N(0, 1 / (width *
+      char_dim))`` (``relu``) or ``U(+-sqrt(3 / (width * char_dim)))`` (``tanh``); highway and projection
+      weights ``N(0, 1 / n_filters)``; the highway carry-gate bias -2 (the gate starts mostly closed: a layer
+      starts near the identity);
+    - LSTM kernels Glorot-uniform over the original ``W_0 (2P, 4D)`` and ``W_P (D, P)``; biases 0.
+
+    The ``transformers.initialization`` functions leave tensors loaded from a checkpoint alone.
+    """
+    cnn = getattr(model, "char_cnn", None)
+    if not isinstance(cnn, ElmoCharacterEncoder):  # a replaced character encoder keeps its own initialisation
+        cnn = None
+    if isinstance(module, ElmoBiLstmLayer):
+        p, d = module.projection.shape[2], module.projection.shape[1]
+        kernel_bound = math.sqrt(6.0 / (2 * p + 4 * d))
+        init.uniform_(module.input_kernel, -kernel_bound, kernel_bound)
+        init.uniform_(module.state_kernel, -kernel_bound, kernel_bound)
+        projection_bound = math.sqrt(6.0 / (d + p))
+        init.uniform_(module.projection, -projection_bound, projection_bound)
+        init.zeros_(module.bias)
+    elif cnn is None:
+        return False
+    elif module is cnn.char_embedding:
+        # A slice loses the "loaded" flag that the init functions check: test the whole weight.
+        if not getattr(module.weight, "_is_hf_initialized", False):
+            init.uniform_(module.weight, -1.0, 1.0)
+            init.zeros_(module.weight[0:1])
+    elif any(module is conv for conv in cnn.convolutions):
+        fan_in = module.kernel_size[0] * module.in_channels
+        if model.config.char_cnn_activation == "tanh":
+            bound = math.sqrt(3.0 / fan_in)
+            init.uniform_(module.weight, -bound, bound)
+        else:
+            init.normal_(module.weight, 0.0, math.sqrt(1.0 / fan_in))
+        init.zeros_(module.bias)
+    elif module is cnn.projection or any(module is h.carry or module is h.transform for h in cnn.highways):
+        init.normal_(module.weight, 0.0, math.sqrt(1.0 / module.in_features))
+        carry = any(module is h.carry for h in cnn.highways)
+        init.constant_(module.bias, -2.0 if carry else 0.0)
+    else:
+        return False
+    return True
+
+
 class ElmoModel(ElmoPreTrainedModel):
     r"""The ELMo biLM with its scalar mixes: words (as character ids) to contextual vectors.
 
@@ -568,13 +619,19 @@ class ElmoModel(ElmoPreTrainedModel):
         num_output_representations: the number of scalar mixes to build (default
             ``config.num_output_representations``). Heads pass what they use (the tagger 1 or 2, the LM
             head 0) instead of writing into the config.
+        pretraining_init: initialise the biLM at the original's training scales ([`init_pretraining_scales`],
+            the LM head's choice) instead of ``normal(0, initializer_range)``.
 
     The biLM runs without autograd when none of the character encoder's and the LSTMs' parameters
     requires grad (a frozen biLM): ``requires_grad`` alone decides what trains.
     """
 
-    def __init__(self, config: ElmoConfig, num_output_representations: int | None = None):
+    def __init__(
+        self, config: ElmoConfig, num_output_representations: int | None = None, pretraining_init: bool = False
+    ):
         super().__init__(config)
+        # The initialisation policy of `_init_weights` (used by __init__ and for weights missing on loading).
+        self.pretraining_init = pretraining_init
         if num_output_representations is None:
             num_output_representations = config.num_output_representations
         self.char_cnn = ElmoCharacterEncoder(config)
@@ -596,8 +653,10 @@ class ElmoModel(ElmoPreTrainedModel):
         chars = config.max_characters_per_token
         return torch.tensor([begin_of_sentence_ids(chars), end_of_sentence_ids(chars)])
 
+    @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
+        if not (self.pretraining_init and init_pretraining_scales(self, module)):
+            super()._init_weights(module)
         if module is self:
             init.copy_(self.boundary_ids, self._make_boundary_ids(self.config))
 
@@ -948,4 +1007,6 @@ __all__ = [
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
     "ElmoScalarMix",
+    "ElmoLstmState",
+    "init_pretraining_scales",
 ]
