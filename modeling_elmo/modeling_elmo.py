@@ -953,7 +953,8 @@ class ElmoModel(ElmoPreTrainedModel):
 
         Args:
             sentences: strings (split into words by the tokenizer) or lists of words.
-            tokenizer: an [`ElmoTokenizer`]; default: a new one (character ids do not depend on a vocabulary).
+            tokenizer: an [`ElmoTokenizer`] (e.g. ``ElmoTokenizer.from_pretrained(path)``; any one works: character
+                ids do not depend on a vocabulary). Required: the model code does not import the tokenizer.
             output: a key of [`tf_hub_outputs`]: ``"default"`` (sentence vectors), ``"word_emb"``,
                 ``"lstm_outputs1"``, ``"lstm_outputs2"``, ``"elmo"``.
             batch_size: sentences per forward pass.
@@ -969,9 +970,10 @@ class ElmoModel(ElmoPreTrainedModel):
             raise TypeError("embed_sentences takes a list of sentences; wrap a single sentence in a list")
         sentences = list(sentences)
         if tokenizer is None:
-            from .tokenization_elmo import ElmoTokenizer
-
-            tokenizer = ElmoTokenizer(max_characters_per_token=self.config.max_characters_per_token)
+            raise TypeError(
+                "embed_sentences needs the tokenizer: model.embed_sentences(sentences, tokenizer=ElmoTokenizer()) "
+                "or ElmoTokenizer.from_pretrained(path)"
+            )
         if is_split_into_words is None:
             is_split_into_words = bool(sentences) and not isinstance(sentences[0], str)
         was_training = self.training
