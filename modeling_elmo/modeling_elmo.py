@@ -8,6 +8,14 @@ The parts, in the paper's order, top to bottom in this file:
     ElmoModel ties them together: it adds <S>/</S> around every sentence, runs the biLM,
     removes the boundaries again and returns the layers and the mixes.
 
+ElmoModel.forward is the one way in, for users and heads alike (as BertModel.forward is for BERT's heads): it
+returns the word mask, the layers (``hidden_states``) and the mixes, and has a stream mode for the LM head's
+stream training and a token-layer-only mode. The LSTM state is explicit, in and out (ElmoLstmState, as
+transformers models pass ``past_key_values``); ``config.stateful`` keeps one between calls. What trains is
+decided by ``requires_grad`` alone: the biLM runs without autograd only when none of its parameters requires
+grad. ElmoPreTrainedModel.from_pretrained is the one post-load hook (``apply_freezing``) of all heads, and
+``_init_weights`` holds the initialisation policies (``init_pretraining_scales`` for the LM head's biLM).
+
 The paper's 2L + 1 representations of a word (x, and forward and backward h of each LSTM layer)
 are returned as L + 1 tensors of width 2P: ``[x; x]`` and ``[forward_h_j; backward_h_j]``, j = 1..L.
 
