@@ -246,10 +246,10 @@ class ElmoLstmState:
         """The states of ``rows`` ``(n,)`` (long), in that order; rows past the end are zeros. Empty stays empty."""
         if not self.layers:
             return ElmoLstmState()
-        needed = int(rows.max()) + 1 if rows.numel() else 0
-        self._grow(needed)
+        size = max(self.num_rows, int(rows.max()) + 1 if rows.numel() else 0)
         rows = rows.to(self.layers[0][0].device)
-        return ElmoLstmState([(h.index_select(1, rows), c.index_select(1, rows)) for h, c in self.layers])
+        padded = [(_pad_rows(h, size), _pad_rows(c, size)) for h, c in self.layers]
+        return ElmoLstmState([(h.index_select(1, rows), c.index_select(1, rows)) for h, c in padded])
 
     def update(self, rows: torch.Tensor, new: ElmoLstmState) -> ElmoLstmState:
         """Set the states of ``rows`` ``(n,)`` to ``new`` (``n`` rows; detached), growing with zero rows as
