@@ -17,6 +17,7 @@ from .configuration_elmo import ElmoConfig
 from .modeling_elmo import (
     ElmoBiLm,
     ElmoCharacterEncoder,
+    ElmoLstmState,
     ElmoModel,
     ElmoModelOutput,
     ElmoPreTrainedModel,
@@ -44,6 +45,7 @@ __all__ = [
     "ElmoForPreTraining",
     "ElmoForPreTrainingOutput",
     "ElmoForTokenClassification",
+    "ElmoLstmState",
     "ElmoModel",
     "ElmoModelOutput",
     "ElmoPreTrainedModel",

@@ -8,6 +8,14 @@ The parts, in the paper's order, top to bottom in this file:
     ElmoModel ties them together: it adds <S>/</S> around every sentence, runs the biLM,
     removes the boundaries again and returns the layers and the mixes.
 
+ElmoModel.forward is the one way in, for users and heads alike (as BertModel.forward is for BERT's heads): it
+returns the word mask, the layers (``hidden_states``) and the mixes, and has a stream mode for the LM head's
+stream training and a token-layer-only mode. The LSTM state is explicit, in and out (ElmoLstmState, as
+transformers models pass ``past_key_values``); ``config.stateful`` keeps one between calls. What trains is
+decided by ``requires_grad`` alone: the biLM runs without autograd only when none of its parameters requires
+grad. ElmoPreTrainedModel.from_pretrained is the one post-load hook (``apply_freezing``) of all heads, and
+``_init_weights`` holds the initialisation policies (``init_pretraining_scales`` for the LM head's biLM).
+
 The paper's 2L + 1 representations of a word (x, and forward and backward h of each LSTM layer)
 are returned as L + 1 tensors of width 2P: ``[x; x]`` and ``[forward_h_j; backward_h_j]``, j = 1..L.
 
@@ -18,6 +26,7 @@ D = lstm_dim, T = W + 2 (words plus the sentence boundaries the model adds).
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -210,11 +219,80 @@ def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
+class ElmoLstmState:
+    """The biLM's recurrent state, carried from one call to the next as transformers models carry
+    ``past_key_values``: per LSTM layer, ``(h (2, R, P), c (2, R, D))`` for ``R`` batch rows (index 0 of the
+    first dimension is the forward direction, 1 the backward one).
+
+    [`ElmoModel.forward`] takes one (``lstm_state=``), starts each batch row from that row's state, and
+    [`update`]s it in place with the states the rows end with (returned as ``ElmoModelOutput.lstm_state``).
+    An empty state (``ElmoLstmState()``, or after [`reset`]) means zeros, and rows past its end start from
+    zero. Stored states are detached from the autograd graph: backpropagation stops at the start of a call.
+
+    ```python
+    state = ElmoLstmState()
+    for batch in batches:  # row b of every batch continues row b of the previous one
+        out = model(**batch, lstm_state=state)
+    state.reset()  # start again from zero
+    ```
+    """
+
+    def __init__(self, layers: Sequence[LstmState] | None = None):
+        self.layers: list[LstmState] = list(layers) if layers is not None else []
+
+    @property
+    def num_rows(self) -> int:
+        """Rows ``R`` held (0 when empty)."""
+        return self.layers[0][0].shape[1] if self.layers else 0
+
+    def select(self, rows: torch.Tensor) -> ElmoLstmState:
+        """The states of ``rows`` ``(n,)`` (long), in that order; rows past the end are zeros. Empty stays empty."""
+        if not self.layers:
+            return ElmoLstmState()
+        size = max(self.num_rows, int(rows.max()) + 1 if rows.numel() else 0)
+        rows = rows.to(self.layers[0][0].device)
+        padded = [(_pad_rows(h, size), _pad_rows(c, size)) for h, c in self.layers]
+        return ElmoLstmState([(h.index_select(1, rows), c.index_select(1, rows)) for h, c in padded])
+
+    def update(self, rows: torch.Tensor, new: ElmoLstmState) -> ElmoLstmState:
+        """Set the states of ``rows`` ``(n,)`` to ``new`` (``n`` rows; detached), growing with zero rows as
+        needed; the other rows keep theirs. Returns this state."""
+        if not new.layers or rows.numel() == 0:
+            return self
+        size = max(self.num_rows, int(rows.max()) + 1)
+        if not self.layers:
+            self.layers = [(h.new_zeros(2, 0, h.shape[2]), c.new_zeros(2, 0, c.shape[2])) for h, c in new.layers]
+        self._grow(size)
+        rows = rows.to(new.layers[0][0].device)
+        self.layers = [
+            (old_h.to(h).index_copy(1, rows, h.detach()), old_c.to(c).index_copy(1, rows, c.detach()))
+            for (old_h, old_c), (h, c) in zip(self.layers, new.layers, strict=True)
+        ]
+        return self
+
+    def reset(self) -> None:
+        """Forget every row's state (back to zeros)."""
+        self.layers = []
+
+    def _grow(self, rows: int) -> None:
+        if rows > self.num_rows:
+            self.layers = [(_pad_rows(h, rows), _pad_rows(c, rows)) for h, c in self.layers]
+
+    def __repr__(self) -> str:
+        return f"ElmoLstmState(layers={len(self.layers)}, rows={self.num_rows})"
+
+
+def _pad_rows(state: torch.Tensor, rows: int) -> torch.Tensor:
+    """Extend a ``(2, n, size)`` state with zero rows to ``(2, rows, size)``."""
+    return F.pad(state, (0, 0, 0, rows - state.shape[1]))
+
+
 class ElmoBiLm(nn.Module):
     """The biLSTM: ``n_layers`` [`ElmoBiLstmLayer`]s, each reading the one below, direction by direction.
 
     The backward direction reads each sentence right to left; both directions run together, on
     inputs reversed within each sentence's length. Layer ``k``'s output is ``[forward_h; backward_h]``.
+    States come in and go out as an [`ElmoLstmState`] (empty: zeros).
     """
 
     def __init__(self, config: ElmoConfig):
@@ -223,23 +301,31 @@ class ElmoBiLm(nn.Module):
             ElmoBiLstmLayer(config, residual=config.use_skip_connections and k > 0) for k in range(config.n_layers)
         )
 
+    def _initial(self, state: ElmoLstmState | None, rows: int, like: torch.Tensor) -> list[LstmState]:
+        """Per layer ``(h (2, rows, P), c (2, rows, D))`` from ``state`` (``rows`` rows) or zeros."""
+        if state is not None and state.layers:
+            return [(h.to(like), c.to(like)) for h, c in state.layers]
+        return [
+            (like.new_zeros(2, rows, layer.projection.shape[2]), like.new_zeros(2, rows, layer.projection.shape[1]))
+            for layer in self.layers
+        ]
+
     def forward(
         self,
         token_embeddings: torch.Tensor,
         lengths: torch.Tensor,
-        initial_states: list[LstmState],
-    ) -> tuple[list[torch.Tensor], list[LstmState]]:
+        initial_state: ElmoLstmState | None = None,
+    ) -> tuple[list[torch.Tensor], ElmoLstmState]:
         """Run both directions of every layer.
 
         Args:
             token_embeddings: ``(B, T, P)``, zero past each sequence's end.
             lengths: ``(B,)`` steps per sequence, each at least 1.
-            initial_states: per layer, ``(h (2, B, P), c (2, B, D))``, index 0 forward.
+            initial_state: ``B`` rows to start from; ``None`` or empty: zeros.
 
         Returns:
-            The ``n_layers`` outputs, each ``(B, T, 2P)``, and the final states (same layout as
-            ``initial_states``): after each sequence's last step for the forward direction, after
-            its first for the backward one.
+            The ``n_layers`` outputs, each ``(B, T, 2P)``, and the final states (``B`` rows): after each
+            sequence's last step for the forward direction, after its first for the backward one.
         """
         # Sort longest first, so the rows still running at any step are a prefix of the batch, and
         # pack the valid steps time-major: each step's rows are then one contiguous block.
@@ -255,14 +341,36 @@ class ElmoBiLm(nn.Module):
         both = torch.stack([x, _reverse_padded(x, sorted_lengths)])  # (2, B, T, P)
         inputs = both.reshape(2, batch * steps, width).index_select(1, packed_index)  # (2, N, P)
         outputs, final_states = [], []
-        for layer, (h, c) in zip(self.layers, initial_states, strict=True):
+        for layer, (h, c) in zip(self.layers, self._initial(initial_state, batch, x), strict=True):
             inputs, h, c = layer(inputs, h.index_select(1, order), c.index_select(1, order), batch_sizes)
             full = inputs.new_zeros(2, batch * steps, width).index_copy(1, packed_index, inputs)
             full = full.view(2, batch, steps, width)
             forward, backward = full[0], _reverse_padded(full[1], sorted_lengths)
             outputs.append(torch.cat([forward, backward], dim=-1).index_select(0, restore))
             final_states.append((h.index_select(1, restore), c.index_select(1, restore)))
-        return outputs, final_states
+        return outputs, ElmoLstmState(final_states)
+
+    def forward_streams(
+        self, tokens: torch.Tensor, initial_state: ElmoLstmState | None = None
+    ) -> tuple[list[torch.Tensor], ElmoLstmState]:
+        """Run each direction left to right over its own full window of tokens (stream training).
+
+        Args:
+            tokens: ``(2, B, T, P)``: index 0 the forward direction's tokens, 1 the backward direction's (its
+                stream is the text reversed, so it too is read left to right). No padding.
+            initial_state: ``B`` rows to start from; ``None`` or empty: zeros.
+
+        Returns:
+            The ``n_layers`` outputs, each ``(2, B, T, P)`` (same layout as ``tokens``), and the final states.
+        """
+        _, batch, steps, width = tokens.shape
+        inputs = tokens.transpose(1, 2).reshape(2, steps * batch, width)  # time-major: all rows run every step
+        outputs, final_states = [], []
+        for layer, (h, c) in zip(self.layers, self._initial(initial_state, batch, tokens), strict=True):
+            inputs, h, c = layer(inputs, h, c, [batch] * steps)
+            outputs.append(inputs.view(2, steps, batch, width).transpose(1, 2))
+            final_states.append((h, c))
+        return outputs, ElmoLstmState(final_states)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,14 +502,19 @@ class ElmoModelOutput(ModelOutput):
         hidden_states: with ``output_hidden_states=True``, the ``L + 1`` biLM layers (the paper's ``2L + 1``
             representations, forward and backward side by side), each
             ``(B, W, 2P)``: ``[0]`` is the token layer ``[x; x]``, ``[k]`` is ``[forward_h; backward_h]``
-            of LSTM layer ``k``.
-        mask: ``(B, W)`` bool, True for words. Every output is exactly zero where it is False.
+            of LSTM layer ``k``. With ``token_layer_only=True`` only ``[0]``.
+        mask: ``(B, W)`` bool, True for words (the validated ``attention_mask``). Every output is exactly zero
+            where it is False. It stays bool on purpose (heads index with it); ``mask.long()`` is the
+            ``attention_mask`` form.
+        lstm_state: the [`ElmoLstmState`] after this call, when states are carried (``lstm_state=`` given,
+            ``config.stateful``, or ``return_lstm_state=True``); otherwise ``None``.
     """
 
     elmo: torch.Tensor | None = None
     elmo_representations: tuple[torch.Tensor, ...] | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     mask: torch.Tensor | None = None
+    lstm_state: ElmoLstmState | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -611,9 +724,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         except Exception as error:
             if type(error).__name__ != "SafetensorError":
                 raise
-            raise OSError(
-                f"cannot read the safetensors weights of {os.fspath(name)}: corrupt or truncated ({error})"
-            ) from error
+            raise OSError(f"cannot read the safetensors weights of {source}: corrupt or truncated ({error})") from error
         prefix = cls.base_model_prefix + "."
         core = ("char_cnn.", "bilm.")
         problems = []
@@ -637,6 +748,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 f"or in from_pretrained arguments?): {shown}"
             )
         _check_finite(model, source)
+        model._after_loading()
         return (model, info) if want_info else model
 
     @staticmethod
@@ -652,6 +764,21 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 raise ValueError(f"state_dict holds weights of a non-floating dtype: {', '.join(bad[:8])}")
         return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs)
 
+    def _after_loading(self) -> None:
+        """The one post-load hook of all ELMo models, run by [`from_pretrained`] once the weights are in.
+
+        Loading re-creates every loaded tensor as a trainable parameter, so what ``__init__`` froze must be
+        frozen again here: heads that freeze parts (the tagger's ``freeze_bilm``) override [`apply_freezing`].
+        """
+        self.apply_freezing()
+
+    def apply_freezing(self) -> None:
+        """Set ``requires_grad`` from the config; called after ``__init__`` and after loading. Nothing by default."""
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        """Replace the character encoder (layer 0) of the biLM; it must map ``(..., C)`` ids to ``(..., P)``."""
+        self.base_model.set_input_embeddings(value)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, ElmoScalarMix):
@@ -665,32 +792,107 @@ class ElmoPreTrainedModel(PreTrainedModel):
             super()._init_weights(module)
 
 
+@torch.no_grad()
+def init_pretraining_scales(model: ElmoModel, module: nn.Module) -> bool:
+    """Initialise ``module``, a part of ``model``'s biLM, with the original (bilm-tf) training scales; returns
+    whether ``module`` is one it covers. ``ElmoModel._init_weights`` applies it module by module (leaves
+    first) when built with ``pretraining_init=True``, as [`ElmoForPreTraining`] does.
+
+    ``normal(0, initializer_range)`` everywhere shrinks the signal at every layer of the character CNN, so a
+    new biLM would start with near-zero outputs and gradients. The original's scales keep unit-order activations:
+
+    - character embedding ``U(-1, 1)``, row 0 (no character) zero; each convolution ``N(0, 1 / (width *
+      char_dim))`` (``relu``) or ``U(+-sqrt(3 / (width * char_dim)))`` (``tanh``); highway and projection
+      weights ``N(0, 1 / n_filters)``; the highway carry-gate bias -2 (the gate starts mostly closed: a layer
+      starts near the identity);
+    - LSTM kernels Glorot-uniform over the original ``W_0 (2P, 4D)`` and ``W_P (D, P)``; biases 0.
+
+    The ``transformers.initialization`` functions leave tensors loaded from a checkpoint alone.
+    """
+    cnn = getattr(model, "char_cnn", None)
+    if not isinstance(cnn, ElmoCharacterEncoder):  # a replaced character encoder keeps its own initialisation
+        cnn = None
+    if isinstance(module, ElmoBiLstmLayer):
+        p, d = module.projection.shape[2], module.projection.shape[1]
+        kernel_bound = math.sqrt(6.0 / (2 * p + 4 * d))
+        init.uniform_(module.input_kernel, -kernel_bound, kernel_bound)
+        init.uniform_(module.state_kernel, -kernel_bound, kernel_bound)
+        projection_bound = math.sqrt(6.0 / (d + p))
+        init.uniform_(module.projection, -projection_bound, projection_bound)
+        init.zeros_(module.bias)
+    elif cnn is None:
+        return False
+    elif module is cnn.char_embedding:
+        # A slice loses the "loaded" flag that the init functions check: test the whole weight.
+        if not getattr(module.weight, "_is_hf_initialized", False):
+            init.uniform_(module.weight, -1.0, 1.0)
+            init.zeros_(module.weight[0:1])
+    elif any(module is conv for conv in cnn.convolutions):
+        fan_in = module.kernel_size[0] * module.in_channels
+        if model.config.char_cnn_activation == "tanh":
+            bound = math.sqrt(3.0 / fan_in)
+            init.uniform_(module.weight, -bound, bound)
+        else:
+            init.normal_(module.weight, 0.0, math.sqrt(1.0 / fan_in))
+        init.zeros_(module.bias)
+    elif module is cnn.projection or any(module is h.carry or module is h.transform for h in cnn.highways):
+        init.normal_(module.weight, 0.0, math.sqrt(1.0 / module.in_features))
+        carry = any(module is h.carry for h in cnn.highways)
+        init.constant_(module.bias, -2.0 if carry else 0.0)
+    else:
+        return False
+    return True
+
+
 class ElmoModel(ElmoPreTrainedModel):
     r"""The ELMo biLM with its scalar mixes: words (as character ids) to contextual vectors.
 
     The model puts ``<S>`` before and ``</S>`` after every sentence, runs the character encoder and
     the biLM, and drops the boundary positions again, so every output has one vector per input word.
 
-    Stateless by default: a sentence's vectors depend only on the sentence. With
-    ``config.stateful=True`` (``ElmoModel.from_pretrained(path, stateful=True)``), each batch row
-    starts from the LSTM states that the same row ended with in the previous call, as the original
-    implementations do; this reproduces the original outputs, but the same sentence then gets
-    different vectors on different calls. [`reset_states`] clears the carried states.
+    ``forward`` is the one way in, for users and for the heads alike: it returns the word ``mask``, the
+    ``L + 1`` layers (``hidden_states``) and the mixes, and takes and returns the LSTM state.
+
+    Stateless by default: a sentence's vectors depend only on the sentence. The LSTM state is explicit,
+    in and out: ``forward(..., lstm_state=state)`` starts each batch row from the [`ElmoLstmState`]'s row
+    and updates it, as the original implementations carry it. ``config.stateful=True``
+    (``ElmoModel.from_pretrained(path, stateful=True)``) is a convenience that keeps one such state in
+    ``self.lstm_state`` between calls; this reproduces the original outputs, but the same sentence then
+    gets different vectors on different calls. [`reset_states`] clears it.
+
+    Args:
+        config: the biLM's settings.
+        num_output_representations: the number of scalar mixes to build (default
+            ``config.num_output_representations``). Heads pass what they use (the tagger 1 or 2, the LM
+            head 0) instead of writing into the config.
+        pretraining_init: initialise the biLM at the original's training scales ([`init_pretraining_scales`],
+            the LM head's choice) instead of ``normal(0, initializer_range)``.
+
+    The biLM runs without autograd when none of the character encoder's and the LSTMs' parameters
+    requires grad (a frozen biLM): ``requires_grad`` alone decides what trains.
     """
 
-    def __init__(self, config: ElmoConfig):
+    def __init__(
+        self, config: ElmoConfig, num_output_representations: int | None = None, pretraining_init: bool = False
+    ):
         super().__init__(config)
+        # The initialisation policy of `_init_weights` (used by __init__ and for weights missing on loading).
+        self.pretraining_init = pretraining_init
+        if num_output_representations is None:
+            num_output_representations = config.num_output_representations
         self.char_cnn = ElmoCharacterEncoder(config)
         self.bilm = ElmoBiLm(config)
         self.scalar_mixes = nn.ModuleList(
             ElmoScalarMix(config.n_layers + 1, config.scalar_mix_layer_norm, config.elmo_dropout)
-            for _ in range(config.num_output_representations)
+            for _ in range(num_output_representations)
         )
-        self._states: list[LstmState] | None = None  # stateful mode: per layer, (2, rows, size)
+        # Stateful mode: the state carried between calls (see ElmoLstmState); empty means zeros.
+        self.lstm_state = ElmoLstmState()
         self._token_cache: dict[bytes, int] | None = None  # character row -> row of _token_cache_vectors
         self._token_cache_vectors: torch.Tensor | None = None
         self._token_cache_weights: list[torch.Tensor] = []  # the encoder's weights the cache was built with
-        self.register_buffer("_boundary_ids", self._make_boundary_ids(config), persistent=False)
+        # (2, C): the character ids of <S> and </S>, which forward puts around every sentence.
+        self.register_buffer("boundary_ids", self._make_boundary_ids(config), persistent=False)
         self.post_init()
 
     @staticmethod
@@ -698,17 +900,35 @@ class ElmoModel(ElmoPreTrainedModel):
         chars = config.max_characters_per_token
         return torch.tensor([begin_of_sentence_ids(chars), end_of_sentence_ids(chars)])
 
+    @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
-        super()._init_weights(module)
+        if not (self.pretraining_init and init_pretraining_scales(self, module)):
+            super()._init_weights(module)
         if module is self:
-            init.copy_(self._boundary_ids, self._make_boundary_ids(self.config))
+            init.copy_(self.boundary_ids, self._make_boundary_ids(self.config))
 
     def get_input_embeddings(self) -> nn.Module:
         return self.char_cnn
 
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        """Replace the character encoder; the token cache (built with the old one) is dropped."""
+        self.char_cnn = value
+        self.clear_token_cache()
+
     def reset_states(self) -> None:
-        """Forget the LSTM states carried between calls in stateful mode."""
-        self._states = None
+        """Forget the LSTM states carried between calls in stateful mode (``self.lstm_state``)."""
+        self.lstm_state.reset()
+
+    @property
+    def bilm_requires_grad(self) -> bool:
+        """Whether any parameter of the character encoder or the LSTMs requires grad (else they run without
+        autograd)."""
+        return any(p.requires_grad for module in (self.char_cnn, self.bilm) for p in module.parameters())
+
+    def word_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """The ``(B, W)`` bool word mask ``forward`` uses, after checking ``input_ids`` ``(B, W, C)`` and
+        ``attention_mask`` ``(B, W)`` (``ValueError`` naming the problem). Default: the non-zero character rows."""
+        return self._word_mask(input_ids, attention_mask)
 
     def embed_words(self, char_ids: torch.Tensor) -> torch.Tensor:
         """Layer 0 (without the ``[x; x]`` doubling) of words given as character ids ``(N, C)``: ``(N, P)``.
@@ -802,13 +1022,28 @@ class ElmoModel(ElmoPreTrainedModel):
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
+        lstm_state: ElmoLstmState | None = None,
+        return_lstm_state: bool | None = None,
+        token_layer_only: bool = False,
+        backward_input_ids: torch.LongTensor | None = None,
     ) -> ElmoModelOutput:
         r"""
         Args:
             input_ids: ``(B, W, C)`` character ids from [`ElmoTokenizer`]; a padded word is a row of zeros.
             attention_mask: ``(B, W)``, 1 for words, 0 for padding (right padding only). Default:
                 the words whose character row is not all zero.
-            output_hidden_states: also return the ``L + 1`` layers.
+            output_hidden_states: also return the ``L + 1`` layers (default ``config.output_hidden_states``).
+            lstm_state: an [`ElmoLstmState`] to start from, row ``b`` for batch row ``b``; it is updated in
+                place (rows without words keep theirs) and returned. Default: ``self.lstm_state`` with
+                ``config.stateful``, else zeros.
+            return_lstm_state: return the states the rows end with (default: when a state was carried).
+            token_layer_only: run only the character encoder: ``hidden_states`` is ``(layer 0,)`` and there
+                are no mixes (for heads that use the context-free word vectors alone).
+            backward_input_ids: stream mode (the original's LM training): ``input_ids`` and
+                ``backward_input_ids`` ``(B, T, C)`` are full windows (no padding, no ``<S>``/``</S>`` added)
+                of the forward direction's and of the backward direction's own token streams, each read left
+                to right; ``hidden_states[k]`` is then ``[forward_h; backward_h]`` position by position of
+                their own streams (``[0]``: ``[x_forward; x_backward]``), and there are no mixes.
 
         Returns:
             [`ElmoModelOutput`]; with ``return_dict=False`` a tuple of its non-``None`` fields.
@@ -816,18 +1051,46 @@ class ElmoModel(ElmoPreTrainedModel):
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
-        mask = self._word_mask(input_ids, attention_mask)
-        layers = self.compute_layers(input_ids, mask)
-        mixes = tuple(mix(layers, mask) for mix in self.scalar_mixes)
+        state = lstm_state if lstm_state is not None else (self.lstm_state if self.config.stateful else None)
+        if return_lstm_state is None:
+            return_lstm_state = state is not None
+        if return_lstm_state and state is None:
+            state = ElmoLstmState()
+        if backward_input_ids is not None:
+            mask = self._stream_mask(input_ids, backward_input_ids)
+        else:
+            mask = self._word_mask(input_ids, attention_mask)
+        # A frozen biLM (no parameter requires grad) needs no autograd graph; the mixes above it may train.
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.bilm_requires_grad):
+            if backward_input_ids is not None:
+                layers = self._stream_layers(input_ids, backward_input_ids, state)
+            elif token_layer_only:
+                layers = [self._token_layer(input_ids, mask)]
+            else:
+                layers = self._compute_layers(input_ids, mask, state)
+        run_mixes = backward_input_ids is None and not token_layer_only
+        mixes = tuple(mix(layers, mask) for mix in self.scalar_mixes) if run_mixes else ()
         return ElmoModelOutput(
             elmo=mixes[0] if mixes else None,
             elmo_representations=mixes,
             hidden_states=tuple(layers) if output_hidden_states else None,
             mask=mask,
+            lstm_state=state if return_lstm_state else None,
         )
 
-    def compute_layers(self, input_ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
-        """The ``L + 1`` biLM layers of the words, each ``(B, W, 2P)``, zero where ``mask`` ``(B, W)`` is False."""
+    def _token_layer(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Layer 0 ``[x; x]`` ``(B, W, 2P)`` of the words, zero where ``mask`` is False; the LSTMs do not run."""
+        tokens = input_ids.new_zeros((*mask.shape, self.config.projection_dim), dtype=self.dtype)
+        tokens[mask] = self.embed_words(input_ids[mask])
+        return torch.cat([tokens, tokens], dim=-1)
+
+    def _compute_layers(
+        self, input_ids: torch.Tensor, mask: torch.Tensor, state: ElmoLstmState | None
+    ) -> list[torch.Tensor]:
+        """The ``L + 1`` biLM layers of the words, each ``(B, W, 2P)``, zero where ``mask`` ``(B, W)`` is False.
+
+        With ``state``, row ``b`` starts from its row ``b`` and the rows with words are updated in place.
+        """
         batch, words = mask.shape
         width = 2 * self.config.projection_dim
         lengths = mask.sum(dim=1)
@@ -842,9 +1105,9 @@ class ElmoModel(ElmoPreTrainedModel):
         tokens = ids.new_zeros((*present.shape, self.config.projection_dim), dtype=self.dtype)
         tokens[present] = self.embed_words(ids[present])
 
-        layers, states = self.bilm(tokens, steps, self._initial_states(rows, tokens))
-        if self.config.stateful:
-            self._store_states(rows, states)
+        layers, final = self.bilm(tokens, steps, state.select(rows) if state is not None else None)
+        if state is not None:
+            state.update(rows, final)
 
         # Drop <S> (position 0) and </S> (position n + 1, which the mask zeroes).
         keep = mask.index_select(0, rows).unsqueeze(-1).to(tokens.dtype)
@@ -854,6 +1117,32 @@ class ElmoModel(ElmoPreTrainedModel):
             outputs = [layer.new_zeros(batch, words, width).index_copy(0, rows, layer) for layer in outputs]
         return outputs
 
+    def _stream_mask(self, input_ids: torch.Tensor, backward_input_ids: torch.Tensor) -> torch.Tensor:
+        """Check the two stream windows (same shape, valid ids, no padding); ``(B, T)`` all True."""
+        for name, ids in (("input_ids", input_ids), ("backward_input_ids", backward_input_ids)):
+            mask = self._word_mask(ids, None)  # validates the shape and the ids
+            if not bool(mask.all()):
+                raise ValueError(f"stream training takes full windows: {name} has padded (all-zero) positions")
+        if backward_input_ids.shape != input_ids.shape:
+            raise ValueError(
+                "input_ids and backward_input_ids must have the same shape (batch, tokens, chars), got "
+                f"{tuple(input_ids.shape)} and {tuple(backward_input_ids.shape)}"
+            )
+        return mask
+
+    def _stream_layers(
+        self, input_ids: torch.Tensor, backward_input_ids: torch.Tensor, state: ElmoLstmState | None
+    ) -> list[torch.Tensor]:
+        """Stream mode's ``L + 1`` layers ``(B, T, 2P)`` (see ``forward``); ``state`` (all ``B`` rows) is updated."""
+        batch, steps, chars = input_ids.shape
+        ids = torch.stack([input_ids, backward_input_ids]).reshape(-1, chars)
+        tokens = self.embed_words(ids).view(2, batch, steps, self.config.projection_dim)
+        rows = torch.arange(batch, device=input_ids.device)
+        layers, final = self.bilm.forward_streams(tokens, state.select(rows) if state is not None else None)
+        if state is not None:
+            state.update(rows, final)
+        return [torch.cat([layer[0], layer[1]], dim=-1) for layer in (tokens, *layers)]
+
     def _word_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The validated word mask ``(B, W)`` bool of a batch: see [`check_inputs`]."""
         return check_inputs(input_ids, attention_mask, self.config.max_characters_per_token)
@@ -862,31 +1151,12 @@ class ElmoModel(ElmoPreTrainedModel):
         """``(R, W, C)`` words -> ``(R, W + 2, C)`` with ``<S>`` first and ``</S>`` after the last word."""
         rows, words, chars = input_ids.shape
         lengths = mask.sum(dim=1)
-        bos, eos = self._boundary_ids.to(input_ids.dtype)
+        bos, eos = self.boundary_ids.to(input_ids.dtype)
         ids = input_ids.new_zeros(rows, words + 2, chars)
         ids[:, 0] = bos
         ids[:, 1 : words + 1] = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
         ids[torch.arange(rows, device=ids.device), lengths + 1] = eos
         return ids, lengths + 2
-
-    def _initial_states(self, rows: torch.Tensor, like: torch.Tensor) -> list[LstmState]:
-        n, cfg = rows.numel(), self.config
-        if not cfg.stateful or self._states is None:
-            zeros = (like.new_zeros(2, n, cfg.projection_dim), like.new_zeros(2, n, cfg.lstm_dim))
-            return [zeros] * cfg.n_layers
-        needed = int(rows.max()) + 1
-        if self._states[0][0].shape[1] < needed:  # the batch grew: new rows start from zero
-            self._states = [(_pad_rows(h, needed), _pad_rows(c, needed)) for h, c in self._states]
-        return [(h.to(like).index_select(1, rows), c.to(like).index_select(1, rows)) for h, c in self._states]
-
-    def _store_states(self, rows: torch.Tensor, states: list[LstmState]) -> None:
-        if self._states is None:
-            size = int(rows.max()) + 1
-            self._states = [(_pad_rows(h[:, :0], size), _pad_rows(c[:, :0], size)) for h, c in states]
-        self._states = [
-            (old_h.to(h).index_copy(1, rows, h.detach()), old_c.to(c).index_copy(1, rows, c.detach()))
-            for (old_h, old_c), (h, c) in zip(self._states, states, strict=True)
-        ]
 
     # -----------------------------------------------------------------------------------------
     # Sentence embeddings and named layers, as TF-Hub's ELMo module (issue #5)
@@ -913,12 +1183,9 @@ class ElmoModel(ElmoPreTrainedModel):
               zeros): TF-Hub's fixed mean-pooled sentence vector.
             - ``sequence_len``: ``(B,)`` words per sentence.
         """
-        mask = self._word_mask(input_ids, attention_mask)
-        layers = self.compute_layers(input_ids, mask)
-        if self.scalar_mixes:
-            elmo = self.scalar_mixes[0](layers, mask)
-        else:
-            elmo = torch.stack(layers).mean(dim=0)
+        out = self(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
+        mask, layers = out.mask, out.hidden_states
+        elmo = out.elmo if out.elmo is not None else torch.stack(layers).mean(dim=0)
         lengths = mask.sum(dim=1)
         outputs = {"word_emb": layers[0][..., : self.config.projection_dim]}
         outputs.update({f"lstm_outputs{k}": layer for k, layer in enumerate(layers[1:], start=1)})
@@ -941,7 +1208,8 @@ class ElmoModel(ElmoPreTrainedModel):
 
         Args:
             sentences: strings (split into words by the tokenizer) or lists of words.
-            tokenizer: an [`ElmoTokenizer`]; default: a new one (character ids do not depend on a vocabulary).
+            tokenizer: an [`ElmoTokenizer`] (e.g. ``ElmoTokenizer.from_pretrained(path)``; any one works: character
+                ids do not depend on a vocabulary). Required: the model code does not import the tokenizer.
             output: a key of [`tf_hub_outputs`]: ``"default"`` (sentence vectors), ``"word_emb"``,
                 ``"lstm_outputs1"``, ``"lstm_outputs2"``, ``"elmo"``.
             batch_size: sentences per forward pass.
@@ -957,9 +1225,10 @@ class ElmoModel(ElmoPreTrainedModel):
             raise TypeError("embed_sentences takes a list of sentences; wrap a single sentence in a list")
         sentences = list(sentences)
         if tokenizer is None:
-            from .tokenization_elmo import ElmoTokenizer
-
-            tokenizer = ElmoTokenizer(max_characters_per_token=self.config.max_characters_per_token)
+            raise TypeError(
+                "embed_sentences needs the tokenizer: model.embed_sentences(sentences, tokenizer=ElmoTokenizer()) "
+                "or ElmoTokenizer.from_pretrained(path)"
+            )
         if is_split_into_words is None:
             is_split_into_words = bool(sentences) and not isinstance(sentences[0], str)
         was_training = self.training
@@ -987,11 +1256,6 @@ class ElmoModel(ElmoPreTrainedModel):
         return results
 
 
-def _pad_rows(state: torch.Tensor, rows: int) -> torch.Tensor:
-    """Extend a ``(2, n, size)`` state with zero rows to ``(2, rows, size)``."""
-    return F.pad(state, (0, 0, 0, rows - state.shape[1]))
-
-
 __all__ = [
     "ElmoBiLm",
     "ElmoBiLstmLayer",
@@ -1000,4 +1264,6 @@ __all__ = [
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
     "ElmoScalarMix",
+    "ElmoLstmState",
+    "init_pretraining_scales",
 ]

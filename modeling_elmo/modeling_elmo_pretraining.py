@@ -9,7 +9,12 @@ One softmax over a word vocabulary (``ElmoSoftmax``) is shared by both direction
 
 Stream training (the original's, ``backward_input_ids`` given): each direction reads the next window of its own
 token stream (``<S>``/``</S>`` are tokens of it), continuing from the states of the previous batch; the labels are
-the next tokens of each stream, not shifted by the head.
+the next tokens of each stream, not shifted by the head. The head keeps those states in one [`ElmoLstmState`]
+(``self.stream_state``) and passes it to ``ElmoModel.forward`` like any caller would.
+
+Every path goes through ``self.elmo(...)`` once and reads its outputs (``hidden_states[-1]``, ``mask``). The biLM
+of this head has no scalar mixes (they play no part in the LM objective): nothing is computed and thrown away,
+and data-parallel training has no unused parameters.
 
 Each direction predicts from its own half of the biLM's top layer (``P`` wide), after dropout
 (``lm_dropout``), as the original does. In training the softmax is sampled (``lm_num_samples``
@@ -32,12 +37,10 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import (
-    ElmoBiLstmLayer,
-    ElmoCharacterEncoder,
-    ElmoHighway,
+    ElmoLstmState,
     ElmoModel,
     ElmoPreTrainedModel,
-    LstmState,
+    init_pretraining_scales,
 )
 from .softmax_elmo import IGNORE_INDEX, ElmoSoftmax
 
@@ -110,48 +113,14 @@ def shift_labels(
 
 @torch.no_grad()
 def init_bilm_for_pretraining(elmo: ElmoModel) -> None:
-    """Initialise a biLM for training from scratch with the original (bilm-tf) scales.
+    """Re-initialise a whole biLM with the original (bilm-tf) training scales (see [`init_pretraining_scales`]).
 
-    ``ElmoModel``'s own initialisation (normal, std ``initializer_range`` everywhere) shrinks the
-    signal at every layer of the character CNN, so a new biLM would start with near-zero outputs and
-    gradients. The original's scales keep unit-order activations:
-
-    - character embedding ``U(-1, 1)``; each convolution ``N(0, 1 / (width * char_dim))`` (``relu``) or
-      ``U(+-sqrt(3 / (width * char_dim)))`` (``tanh``); highway and projection weights ``N(0, 1 / n_filters)``;
-      the highway carry-gate bias -2 (the gate starts mostly closed: a layer starts near the identity);
-    - LSTM kernels Glorot-uniform over the original ``W_0 (2P, 4D)`` and ``W_P (D, P)``; biases 0.
-
-    [`ElmoForPreTraining`] applies it when built from a config (not when loaded with ``from_pretrained``).
+    A new [`ElmoForPreTraining`] needs no call: its biLM is built with ``pretraining_init=True``, so
+    ``__init__`` and every re-initialisation path (``init_weights``, weights missing in ``from_pretrained``)
+    give these scales.
     """
-    cfg = elmo.config
     for module in elmo.modules():
-        if isinstance(module, ElmoCharacterEncoder):
-            init.uniform_(module.char_embedding.weight, -1.0, 1.0)
-            init.zeros_(module.char_embedding.weight[0:1])  # id 0: no character
-            char_dim = module.char_embedding.weight.shape[1]
-            for conv in module.convolutions:
-                fan_in = conv.kernel_size[0] * char_dim
-                if cfg.char_cnn_activation == "tanh":
-                    bound = math.sqrt(3.0 / fan_in)
-                    init.uniform_(conv.weight, -bound, bound)
-                else:
-                    init.normal_(conv.weight, 0.0, math.sqrt(1.0 / fan_in))
-                init.zeros_(conv.bias)
-            init.normal_(module.projection.weight, 0.0, math.sqrt(1.0 / cfg.n_filters))
-            init.zeros_(module.projection.bias)
-        elif isinstance(module, ElmoHighway):
-            for linear in (module.carry, module.transform):
-                init.normal_(linear.weight, 0.0, math.sqrt(1.0 / linear.in_features))
-            init.constant_(module.carry.bias, -2.0)
-            init.zeros_(module.transform.bias)
-        elif isinstance(module, ElmoBiLstmLayer):
-            p, d = module.projection.shape[2], module.projection.shape[1]
-            kernel_bound = math.sqrt(6.0 / (2 * p + 4 * d))
-            init.uniform_(module.input_kernel, -kernel_bound, kernel_bound)
-            init.uniform_(module.state_kernel, -kernel_bound, kernel_bound)
-            projection_bound = math.sqrt(6.0 / (d + p))
-            init.uniform_(module.projection, -projection_bound, projection_bound)
-            init.zeros_(module.bias)
+        init_pretraining_scales(elmo, module)
 
 
 class ElmoForPreTraining(ElmoPreTrainedModel):
@@ -168,9 +137,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     a bilm-tf vocabulary file), ``lm_num_samples`` the negatives of the sampled softmax in training
     (8192 as the original; 0: full softmax), ``lm_dropout`` the dropout before the softmax.
 
-    The biLM runs statelessly (``stateful=True`` is refused). The task scalar mixes of the ``ElmoModel``
-    play no part in the LM objective: they are kept (so that the saved folder is a complete
-    ``ElmoModel``) but frozen, which also keeps data-parallel training free of unused parameters.
+    The biLM runs statelessly (``stateful=True`` is refused) and is built without scalar mixes, which play
+    no part in the LM objective (``ElmoModel.from_pretrained`` of this head's folder adds fresh ones). A new
+    head's biLM starts at the original's scales ([`init_pretraining_scales`], its ``_init_weights`` policy).
 
     ```python
     tokenizer = ElmoTokenizer.from_vocab_file("vocab.txt")
@@ -199,17 +168,13 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             value = getattr(config, name)
             if not 0 <= value < vocab_size:
                 raise ValueError(f"config.{name}={value} is not an id of the LM vocabulary (size {vocab_size})")
-        self.elmo = ElmoModel(config)
+        # The LM objective uses no mix; a new biLM starts at the original's training scales.
+        self.elmo = ElmoModel(config, num_output_representations=0, pretraining_init=True)
         self.dropout = nn.Dropout(config.lm_dropout)
         self.softmax = ElmoSoftmax(vocab_size, config.projection_dim)
-        # Stream training: per layer, (h (2, B, P), c (2, B, D)) after the previous batch (see forward).
-        self._stream_states: list[LstmState] | None = None
+        # Stream training: the LSTM states after the previous batch, B rows (see forward).
+        self.stream_state = ElmoLstmState()
         self.post_init()
-        # A new head (not one that from_pretrained builds on the meta device and then loads) starts its biLM
-        # at the original's scales, which train from scratch (see init_bilm_for_pretraining).
-        if self.softmax.weight.device.type != "meta":
-            init_bilm_for_pretraining(self.elmo)
-        self.elmo.scalar_mixes.requires_grad_(False)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -305,8 +270,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     # -----------------------------------------------------------------------------------------
 
     def reset_stream_states(self) -> None:
-        """Forget the LSTM states that stream training carries from one batch to the next."""
-        self._stream_states = None
+        """Forget the LSTM states that stream training carries from one batch to the next (``stream_state``)."""
+        self.stream_state.reset()
 
     def stream_hidden_states(self, input_ids: torch.Tensor, backward_input_ids: torch.Tensor) -> torch.Tensor:
         """Top-layer outputs of both directions over the next window of their own token streams.
@@ -315,6 +280,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         the states the previous call left in the same row, and hands its states on to the next call
         (detached: backpropagation stops at the window's first token). No ``<S>``/``</S>`` are added: they
         are tokens of the streams. The first call, or a call with another number of rows, starts from zero.
+        It is ``ElmoModel.forward``'s stream mode with ``lstm_state=self.stream_state``.
 
         Args:
             input_ids, backward_input_ids: ``(B, T, C)`` character ids of each direction's tokens; full
@@ -324,30 +290,22 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             ``(2, B, T, P)``: index 0 the forward direction, 1 the backward one, position by position of
             their own streams.
         """
-        for name, ids in (("input_ids", input_ids), ("backward_input_ids", backward_input_ids)):
-            mask = self.elmo._word_mask(ids, None)  # validates the shape and the ids
-            if not bool(mask.all()):
-                raise ValueError(f"stream training takes full windows: {name} has padded (all-zero) positions")
-        if backward_input_ids.shape != input_ids.shape:
-            raise ValueError(
-                "input_ids and backward_input_ids must have the same shape (batch, tokens, chars), got "
-                f"{tuple(input_ids.shape)} and {tuple(backward_input_ids.shape)}"
-            )
-        cfg = self.config
-        batch, steps, chars = input_ids.shape
-        # Time-major: step t of every row is one contiguous block (all rows have T steps).
-        ids = torch.stack([input_ids, backward_input_ids]).transpose(1, 2).reshape(-1, chars)
-        inputs = self.elmo.embed_words(ids).view(2, steps * batch, cfg.projection_dim)
-        states = self._stream_states
-        if states is None or states[0][0].shape[1] != batch:
-            zeros = (inputs.new_zeros(2, batch, cfg.projection_dim), inputs.new_zeros(2, batch, cfg.lstm_dim))
-            states = [zeros] * cfg.n_layers
-        carried = []
-        for layer, (h, c) in zip(self.elmo.bilm.layers, states, strict=True):
-            inputs, h, c = layer(inputs, h.to(inputs), c.to(inputs), [batch] * steps)
-            carried.append((h.detach(), c.detach()))
-        self._stream_states = carried
-        return inputs.view(2, steps, batch, cfg.projection_dim).transpose(1, 2)
+        base = self._stream_base(input_ids, backward_input_ids)
+        return torch.stack(base.hidden_states[-1].chunk(2, dim=-1))  # (2, B, T, P)
+
+    def _stream_base(self, input_ids: torch.Tensor, backward_input_ids: torch.Tensor):
+        """``ElmoModel.forward`` in stream mode, carrying ``self.stream_state`` (all layers returned)."""
+        batch = input_ids.shape[0] if isinstance(input_ids, torch.Tensor) else 0
+        if self.stream_state.num_rows != batch:  # the first call, or another number of rows: start from zero
+            self.stream_state.reset()
+        base = self.elmo(
+            input_ids,
+            backward_input_ids=backward_input_ids,
+            lstm_state=self.stream_state,
+            output_hidden_states=True,
+            return_dict=True,
+        )
+        return base
 
     def _stream_forward(
         self,
@@ -357,21 +315,25 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         backward_labels: torch.Tensor | None,
         return_logits: bool,
         num_items_in_batch: int | torch.Tensor | None,
+        output_hidden_states: bool,
     ) -> ElmoForPreTrainingOutput:
-        states = self.dropout(self.stream_hidden_states(input_ids, backward_input_ids))  # (2, B, T, P)
-        logits = self.softmax.logits(states) if return_logits else None
-        loss = forward_loss = backward_loss = None
         if (labels is None) != (backward_labels is None):
             raise ValueError("stream training needs both labels and backward_labels, or neither")
+        base = self._stream_base(input_ids, backward_input_ids)
+        states = self._direction_states(base.hidden_states[-1])  # (2, B, T, P)
+        logits = self.softmax.logits(states) if return_logits else None
+        loss = forward_loss = backward_loss = None
         if labels is not None:
-            mask = torch.ones(input_ids.shape[:2], dtype=torch.bool, device=input_ids.device)
+            mask = base.mask
             self._check_labels(labels, mask, None)
             self._check_labels(backward_labels, mask, None)
             targets = torch.stack([labels, backward_labels])  # labels are the next tokens already: no shifting
             loss, forward_loss, backward_loss = self._reduce(
                 self.word_losses(states, targets, logits), targets, num_items_in_batch
             )
-        return self._output(loss, forward_loss, backward_loss, logits)
+        return self._output(
+            loss, forward_loss, backward_loss, logits, base.hidden_states if output_hidden_states else None
+        )
 
     @can_return_tuple
     def forward(
@@ -396,7 +358,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 ``<S>`` for the backward direction at the first word, ``</S>`` for the forward one at the last.
             return_logits: return the full-softmax logits ``(B, W, V)`` of each direction. Default: only
                 when there are no ``labels``. Costs a ``(B, W, V)`` tensor per direction.
-            output_hidden_states: also return the biLM's ``L + 1`` layers.
+            output_hidden_states: also return the biLM's ``L + 1`` layers (default ``config.output_hidden_states``;
+                in stream training, the layers of stream mode, see ``ElmoModel.forward``).
             num_items_in_batch: passed by the Trainer: normalise the summed loss by this count instead of
                 taking each direction's mean over this batch.
             backward_input_ids: ``(B, T, C)``: stream training (the original's; ``lm_data.make_stream_windows``
@@ -410,13 +373,21 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         """
         if return_logits is None:
             return_logits = labels is None
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
         if backward_input_ids is not None:
             return self._stream_forward(
-                input_ids, backward_input_ids, labels, backward_labels, return_logits, num_items_in_batch
+                input_ids,
+                backward_input_ids,
+                labels,
+                backward_labels,
+                return_logits,
+                num_items_in_batch,
+                output_hidden_states,
             )
         if backward_labels is not None:
             raise ValueError("backward_labels are for stream training: give backward_input_ids too")
-        base = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+        base = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
         mask = base.mask
         states = self._direction_states(base.hidden_states[-1])  # (2, B, W, P)
         logits = self.softmax.logits(states) if return_logits else None  # (2, B, W, V)
@@ -451,7 +422,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         was_training = self.training
         self.eval()
         try:
-            base = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True)
+            base = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
             states = self._direction_states(base.hidden_states[-1])
             targets = self.lm_targets(labels, base.mask, boundary_labels)
             losses = self.softmax.full_loss(states, targets, reduction="none")

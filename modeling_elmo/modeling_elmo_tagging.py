@@ -10,6 +10,12 @@ The recipe, per word ``k`` of a sentence::
     decoding  = CRF (Viterbi, BIO constraints) or a per-word softmax (argmax)
     loss      = CRF NLL or cross-entropy  +  scalar_mix_l2_coef * sum ||w||^2 of the mixes
 
+The head calls its [`ElmoModel`] (``self.elmo``) once per forward pass and reads its outputs (the word
+``mask``, layer 0 from ``hidden_states``, the mixes), as ``BertForTokenClassification`` calls ``self.bert``. The
+base model is built with the number of mixes the head uses; the config is not changed. What trains is decided by
+``requires_grad`` alone: ``freeze_bilm()`` sets it (after ``__init__`` and again after loading, from
+``config.freeze_bilm``), and the biLM runs without autograd only when none of its parameters requires grad.
+
 Shapes: B sentences, W words (after padding), C characters per word (50), P = projection_dim,
 K = num_labels, H = tagger_hidden_size.
 """
@@ -94,13 +100,15 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
 
     What is built follows the config (see [`ElmoConfig`]): ``tagger_word_input`` (the ``x_k`` source:
     ``"embedding"`` over the tokenizer's vocabulary, ``"bilm"`` layer 0, or ``None``),
-    ``tagger_elmo_input``/``tagger_elmo_output`` (where scalar mixes are concatenated; the model sets
-    ``num_output_representations`` to their number), ``tagger_hidden_size``, ``tagger_num_layers``,
-    ``tagger_dropout``, ``use_crf``, ``crf_constraints``, ``freeze_bilm``. The mixes' L2 penalty
-    (``scalar_mix_l2_coef``) is added to the loss.
+    ``tagger_elmo_input``/``tagger_elmo_output`` (where scalar mixes are concatenated; the biLM is built
+    with exactly that many mixes, ``num_elmo_mixes``; ``config.num_output_representations`` is not used),
+    ``tagger_hidden_size``, ``tagger_num_layers``, ``tagger_dropout``, ``use_crf``, ``crf_constraints``,
+    ``freeze_bilm``. The mixes' L2 penalty (``scalar_mix_l2_coef``) is added to the loss.
 
-    With ``freeze_bilm`` (default) the character encoder and the biLSTM layers get
-    ``requires_grad=False`` and run without autograd; the scalar mixes are trained.
+    With ``config.freeze_bilm`` (default) the character encoder and the biLSTM layers get
+    ``requires_grad=False`` after ``__init__`` and again after ``from_pretrained``; they then run without
+    autograd. The scalar mixes are trained. After loading, ``model.requires_grad_(True)`` (or
+    ``model.freeze_bilm(False)``) trains the whole biLM too; gradient checkpointing of its layers then works.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -113,8 +121,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             )
         self.num_labels = config.num_labels
         # The biLM computes exactly the mixes the head uses: one for the input, one for the output.
-        config.num_output_representations = int(config.tagger_elmo_input) + int(config.tagger_elmo_output)
-        self.elmo = ElmoModel(config)
+        self.elmo = ElmoModel(config, num_output_representations=self.num_elmo_mixes)
 
         elmo_size = config.hidden_size  # 2P, the width of every biLM layer and mix
         word_size = {"embedding": config.tagger_word_embedding_dim, "bilm": config.projection_dim, None: 0}[
@@ -140,21 +147,25 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             with torch.device("cpu"):
                 self.crf = ConditionalRandomField(config.num_labels, crf_transitions_for(config))
         self.post_init()
-        if config.freeze_bilm:
-            self.freeze_bilm()
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """As [`ElmoPreTrainedModel.from_pretrained`]; then applies ``config.freeze_bilm`` again (loading the
-        weights replaces the parameters, and with them their ``requires_grad``)."""
-        loaded = super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
-        model = loaded[0] if isinstance(loaded, tuple) else loaded
-        model.freeze_bilm(model.config.freeze_bilm)
-        return loaded
+        self.apply_freezing()
 
     @staticmethod
     def _uses_bilm(config: ElmoConfig) -> bool:
         return config.tagger_elmo_input or config.tagger_elmo_output or config.tagger_word_input == "bilm"
+
+    @property
+    def uses_bilm(self) -> bool:
+        """Whether the head reads the biLM at all (a mix, or layer 0 as the word input)."""
+        return bool(self._uses_bilm(self.config))
+
+    @property
+    def num_elmo_mixes(self) -> int:
+        """The scalar mixes the head uses: one at the task BiLSTM's input, one at its output (each optional)."""
+        return int(bool(self.config.tagger_elmo_input)) + int(bool(self.config.tagger_elmo_output))
+
+    def apply_freezing(self) -> None:
+        """``freeze_bilm(config.freeze_bilm)``: run after ``__init__`` and, by ``from_pretrained``, after loading."""
+        self.freeze_bilm(self.config.freeze_bilm)
 
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, ConditionalRandomField):
@@ -173,9 +184,10 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
     def freeze_bilm(self, freeze: bool = True) -> None:
         """Freeze (or unfreeze) the character encoder and the biLSTM layers; the scalar mixes stay trainable.
 
-        Also sets ``config.freeze_bilm``, so a saved model keeps the choice.
+        Only ``requires_grad`` changes: the config is left alone. A saved model is frozen again on loading
+        when its ``config.freeze_bilm`` is true; whoever builds the config records the choice (``train_tagger
+        --fine_tune_bilm`` sets ``freeze_bilm=False``), or set ``model.config.freeze_bilm`` before saving.
         """
-        self.config.freeze_bilm = freeze
         for module in (self.elmo.char_cnn, self.elmo.bilm):
             for parameter in module.parameters():
                 parameter.requires_grad_(not freeze)
@@ -192,6 +204,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         vocab_ids: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
     ) -> TokenClassifierOutput:
         r"""
         Args:
@@ -202,6 +215,9 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
                 when ``config.tagger_word_input == "embedding"``, ignored otherwise.
             labels: ``(B, W)`` tag ids per word, ``-100`` where there is no label (padding). With
                 the CRF, the labelled words of a sentence must be its first words (a prefix).
+            output_hidden_states: return the biLM's layers as ``hidden_states`` (default
+                ``config.output_hidden_states``): the ``L + 1`` layers, or only layer 0 for a tagger that reads
+                no mix; ``None`` for a tagger that does not use the biLM.
 
         Returns:
             [`TokenClassifierOutput`] with ``loss`` (with ``labels``; CRF negative log-likelihood per
@@ -209,19 +225,24 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             ``(B, W, K)`` (the CRF's emission scores with ``use_crf``; use [`decode`] for tags).
         """
         config = self.config
-        mask = self.elmo._word_mask(input_ids, attention_mask)  # (B, W) bool, validated
-        uses_mix = config.tagger_elmo_input or config.tagger_elmo_output
-        layers: list[torch.Tensor] = []
-        layer0: torch.Tensor | None = None  # (B, W, P): the biLM's context-free token vectors x
-        # A frozen biLM needs no autograd graph: only the mixes above it are trained.
-        with torch.set_grad_enabled(torch.is_grad_enabled() and not config.freeze_bilm):
-            if uses_mix:
-                layers = self.elmo.compute_layers(input_ids, mask)
-                layer0 = layers[0][..., : config.projection_dim]  # [x; x] -> x
-            elif config.tagger_word_input == "bilm":  # layer 0 only: the LSTMs need not run
-                layer0 = input_ids.new_zeros((*mask.shape, config.projection_dim), dtype=self.dtype)
-                layer0[mask] = self.elmo.embed_words(input_ids[mask])
-        mixes = [mix(layers, mask) for mix in self.elmo.scalar_mixes] if uses_mix else []  # (B, W, 2P) each
+        if output_hidden_states is None:
+            output_hidden_states = config.output_hidden_states
+        hidden_states = None
+        mixes: tuple[torch.Tensor, ...] = ()
+        if self.uses_bilm:
+            # Down into the biLM once: the mask, layer 0 and the mixes come back (only layer 0 without mixes).
+            base = self.elmo(
+                input_ids,
+                attention_mask=attention_mask,
+                output_hidden_states=True,
+                token_layer_only=self.num_elmo_mixes == 0,
+                return_dict=True,
+            )
+            mask, mixes = base.mask, base.elmo_representations  # (B, W) bool; (B, W, 2P) each
+            layer0 = base.hidden_states[0][..., : config.projection_dim]  # [x; x] -> x, (B, W, P)
+            hidden_states = base.hidden_states if output_hidden_states else None
+        else:
+            mask = self.elmo.word_mask(input_ids, attention_mask)  # (B, W) bool, validated
 
         features = []
         if config.tagger_word_input == "embedding":
@@ -242,7 +263,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             loss = self._tagging_loss(logits, labels, mask)
             if mixes:
                 loss = loss + self.elmo.mix_l2_penalty()
-        return TokenClassifierOutput(loss=loss, logits=logits)
+        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
 
     def _check_vocab_ids(self, vocab_ids: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
         if vocab_ids is None:
@@ -322,7 +343,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             logits = self(input_ids=input_ids, attention_mask=attention_mask, vocab_ids=vocab_ids).logits
         finally:
             self.train(was_training)
-        mask = self.elmo._word_mask(input_ids, attention_mask)
+        mask = self.elmo.word_mask(input_ids, attention_mask)
         return [[self.config.id2label[t] for t in row] for row in self.decode(logits, mask)]
 
 

@@ -417,3 +417,50 @@ def test_awkward_text_runs_end_to_end(text):
     assert out.elmo.shape[:2] == enc["attention_mask"].shape
     assert torch.isfinite(out.elmo).all()
     assert torch.all(out.elmo[0, words:] == 0)
+
+
+# ------------------------------------------------------------------------------- the state object
+
+
+def test_explicit_lstm_state_equals_stateful_mode_and_the_reference():
+    """The state passed in and out by hand gives what stateful=True keeps for the caller, call after call."""
+    from modeling_elmo import ElmoLstmState
+
+    stateful, explicit = tiny_model(stateful=True), tiny_model()
+    calls = [SENTENCES[:3], [["Next"], [], ["x", "y", "z"], ["grown", "batch"]], [["Only", "one"]]]
+    state = ElmoLstmState()
+    for sentences in calls:
+        with torch.no_grad():
+            kept = stateful(**encode(sentences), output_hidden_states=True)
+            passed = explicit(**encode(sentences), output_hidden_states=True, lstm_state=state)
+        assert passed.lstm_state is state and kept.lstm_state is stateful.lstm_state
+        for a, b in zip(kept.hidden_states, passed.hidden_states, strict=True):
+            assert torch.equal(a, b)
+    assert state.num_rows == 4 and len(state.layers) == 2
+    assert all(h.shape == (2, 4, 8) and c.shape == (2, 4, 24) for h, c in state.layers)
+    # An empty row kept its state: row 1 after call 2 is still what call 1 left.
+    again = ElmoLstmState()
+    with torch.no_grad():
+        explicit(**encode(calls[0]), lstm_state=again)
+    torch.testing.assert_close(state.layers[0][0][:, 1], again.layers[0][0][:, 1], atol=0, rtol=0)
+    # Stateless calls return no state; return_lstm_state=True returns the final one of this call alone.
+    with torch.no_grad():
+        assert explicit(**encode(SENTENCES)).lstm_state is None
+        fresh = explicit(**encode(SENTENCES), return_lstm_state=True).lstm_state
+    assert fresh is not state and fresh.num_rows == len(SENTENCES)
+
+
+def test_lstm_state_select_update_reset():
+    from modeling_elmo import ElmoLstmState
+
+    h, c = torch.arange(12.0).view(2, 3, 2), -torch.arange(18.0).view(2, 3, 3)
+    state = ElmoLstmState([(h, c)])
+    picked = state.select(torch.tensor([2, 0, 4]))  # row 4 is past the end: zeros
+    assert torch.equal(picked.layers[0][0][:, :2], h[:, [2, 0]]) and torch.all(picked.layers[0][0][:, 2] == 0)
+    new = ElmoLstmState([(torch.ones(2, 1, 2, requires_grad=True), torch.ones(2, 1, 3))])
+    assert state.update(torch.tensor([5]), new) is state and state.num_rows == 6
+    assert torch.all(state.layers[0][0][:, 5] == 1) and torch.all(state.layers[0][0][:, 3:5] == 0)
+    assert not state.layers[0][0].requires_grad  # carried states are detached
+    assert torch.equal(state.layers[0][0][:, :3], h)
+    state.reset()
+    assert state.num_rows == 0 and state.select(torch.tensor([0])).layers == []

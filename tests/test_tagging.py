@@ -249,7 +249,7 @@ def test_bilm_layer0_as_word_input_and_unfrozen_bilm_trains():
     assert model.elmo.char_cnn.projection.weight.grad is not None
 
 
-def test_layer0_only_tagger_runs_the_character_encoder_only(monkeypatch):
+def test_layer0_only_tagger_runs_the_character_encoder_only():
     """x_k = the biLM's layer 0 and no ELMo mix: the same features as layer 0 of the full biLM, without running it."""
     model, tokenizer = make_model(tagger_word_input="bilm", tagger_elmo_input=False)
     model.eval()
@@ -261,22 +261,23 @@ def test_layer0_only_tagger_runs_the_character_encoder_only(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("the biLM's LSTMs ran")
 
-    monkeypatch.setattr(model.elmo, "compute_layers", fail)
+    hook = model.elmo.bilm.register_forward_pre_hook(fail)
     assert torch.isfinite(model(**batch).logits).all()
-    monkeypatch.undo()
-    mask = batch["attention_mask"].bool()
-    layer0 = model.elmo.compute_layers(batch["input_ids"], mask)[0][..., : model.config.projection_dim]
+    hook.remove()
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask")}
+    layer0 = model.elmo(**inputs, output_hidden_states=True).hidden_states[0][..., : model.config.projection_dim]
     torch.testing.assert_close(features["x"], layer0, atol=1e-6, rtol=0)
 
 
-def test_no_elmo_baseline_does_not_run_the_bilm(monkeypatch):
+def test_no_elmo_baseline_does_not_run_the_bilm():
     model, tokenizer = make_model(tagger_elmo_input=False)
     assert len(model.elmo.scalar_mixes) == 0
 
     def fail(*args, **kwargs):
         raise AssertionError("the biLM ran")
 
-    monkeypatch.setattr(model.elmo, "compute_layers", fail)
+    model.elmo.char_cnn.register_forward_pre_hook(fail)
+    model.elmo.bilm.register_forward_pre_hook(fail)
     assert torch.isfinite(model(**batch_of(model, tokenizer, n=4)).loss)
 
 
@@ -384,3 +385,113 @@ def test_command_no_elmo_baseline_and_errors(tmp_path, capsys):
     assert "--bilm" in capsys.readouterr().err
     assert main(["--no_elmo", "--train_file", str(tmp_path / "missing.txt"), "--output_dir", str(out)]) == 1
     assert "not found" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- requires_grad alone decides what trains
+
+
+def _bilm_parameters(model) -> list[torch.nn.Parameter]:
+    return [p for module in (model.elmo.char_cnn, model.elmo.bilm) for p in module.parameters()]
+
+
+def test_requires_grad_alone_decides_what_trains():
+    """A tagger built frozen (config.freeze_bilm) and then unfrozen with requires_grad_(True) trains its biLM."""
+    model, tokenizer = make_model()
+    assert model.config.freeze_bilm and not any(p.requires_grad for p in _bilm_parameters(model))
+    model.requires_grad_(True)
+    batch = batch_of(model, tokenizer, n=4)
+    model.train()
+    model(**batch).loss.backward()
+    missing = [n for n, p in model.elmo.named_parameters() if n.startswith(("char_cnn.", "bilm.")) and p.grad is None]
+    assert len(_bilm_parameters(model)) == 19 and not missing, missing
+    # Frozen again: no gradient reaches the biLM, and it runs without autograd.
+    model.zero_grad(set_to_none=True)
+    model.freeze_bilm()
+    model(**batch).loss.backward()
+    assert all(p.grad is None for p in _bilm_parameters(model))
+    assert all(p.grad is not None for p in model.elmo.scalar_mixes.parameters())
+
+
+def test_gradient_checkpointing_of_the_bilm_runs_under_the_tagger():
+    """A tagger saved frozen, unfrozen with requires_grad_(True): checkpointing its biLM layers keeps fewer
+    activations for the backward pass and gives the same gradients."""
+
+    def gradients(checkpointing: bool):
+        model, tokenizer = make_model()
+        model.requires_grad_(True)
+        if checkpointing:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            assert all(layer.gradient_checkpointing for layer in model.elmo.bilm.layers)
+        batch = batch_of(model, tokenizer, n=4)
+        model.train()
+        kept = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t.numel()) or t, lambda t: t):
+            loss = model(**batch).loss
+        loss.backward()
+        return {n: p.grad for n, p in model.named_parameters() if p.grad is not None}, sum(kept)
+
+    (plain, plain_kept), (checkpointed, checkpointed_kept) = gradients(False), gradients(True)
+    assert checkpointed_kept < 0.7 * plain_kept, (checkpointed_kept, plain_kept)
+    assert plain.keys() == checkpointed.keys() and any(n.startswith("elmo.bilm.") for n in plain)
+    for name in plain:
+        torch.testing.assert_close(plain[name], checkpointed[name], atol=1e-6, rtol=1e-5)
+
+
+def test_tagger_does_not_write_its_config():
+    config = ElmoConfig(**tiny_bilm(), tagger_elmo_output=True, id2label=dict(enumerate(LABELS)))
+    before = config.to_dict()
+    model = ElmoForTokenClassification(config)
+    model.freeze_bilm(False)
+    assert len(model.elmo.scalar_mixes) == 2 and model.num_elmo_mixes == 2
+    assert model.config.to_dict() == before
+
+
+_FINE_TUNE_SCRIPT = """
+import sys
+import torch
+from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
+from modeling_elmo import ElmoForTokenClassification, ElmoTokenizer
+
+folder, out = sys.argv[1], sys.argv[2]
+model = ElmoForTokenClassification.from_pretrained(folder)
+model.requires_grad_(True)  # unfreeze the biLM of a tagger saved frozen
+tokenizer = ElmoTokenizer.from_pretrained(folder)
+words = [["John", "lives", "in", "Paris"], ["Mary", "went", "to", "London"], ["the", "city"], ["Paul"]] * 4
+features = []
+for sentence in words:
+    enc = tokenizer(sentence, is_split_into_words=True, return_vocab_ids=True)
+    features.append({**enc, "labels": [0] * len(sentence)})
+args = TrainingArguments(
+    output_dir=out, per_device_train_batch_size=4, max_steps=2, learning_rate=0.05, optim="sgd",
+    save_strategy="no", report_to="none", disable_tqdm=True, use_cpu=True, ddp_backend="gloo",
+    ddp_find_unused_parameters=False, logging_strategy="no", seed=0,
+)
+trainer = Trainer(model=model, args=args, train_dataset=features,
+                  data_collator=DataCollatorForTokenClassification(tokenizer))
+trainer.train()
+trainer.save_model(out)
+"""
+
+
+def test_two_process_fine_tuning_of_a_saved_tagger_with_an_unfrozen_bilm(tmp_path):
+    """2 gloo processes, DDP without find_unused_parameters: the unfrozen biLM's weights change."""
+    import os
+    import subprocess
+    import sys
+
+    model, tokenizer = make_model()
+    model.save_pretrained(tmp_path / "tagger")
+    tokenizer.save_pretrained(tmp_path / "tagger")
+    script = tmp_path / "fine_tune.py"
+    script.write_text(_FINE_TUNE_SCRIPT, encoding="utf-8")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["PYTHONPATH"] = os.pathsep.join([repo, env.get("PYTHONPATH", "")])
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    command += [str(script), str(tmp_path / "tagger"), str(tmp_path / "tuned")]
+    done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before = bilm_state(model)
+    after = bilm_state(ElmoForTokenClassification.from_pretrained(tmp_path / "tuned"))
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert len(changed) == len(before), sorted(set(before) - set(changed))

@@ -293,7 +293,7 @@ def _training_arguments(args: argparse.Namespace) -> TrainingArguments:
         disable_tqdm=args.disable_tqdm,
         # The collator needs the "words" column, which is not a forward argument.
         remove_unused_columns=False,
-        # The task scalar mixes are frozen and every other parameter gets a gradient.
+        # The LM head has no scalar mixes: every parameter gets a gradient, also in a fine-tuned saved folder.
         ddp_find_unused_parameters=False,
         # Count words (attention_mask), not the 50 character ids of each: train_words_per_second.
         include_num_input_tokens_seen="non_padding",

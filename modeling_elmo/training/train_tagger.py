@@ -386,7 +386,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
 
     model, tokenizer = build_model_and_tokenizer(args, labels, train_sentences)
     needs_vocab_ids = model.needs_vocab_ids
-    uses_bilm = model._uses_bilm(model.config)
+    uses_bilm = model.uses_bilm
     if uses_bilm and model.config.freeze_bilm:
         # A frozen character encoder gives every word a fixed vector: compute each once.
         words = {w for sentence in train_sentences + (eval_sentences or []) for w in sentence}

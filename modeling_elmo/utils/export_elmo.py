@@ -125,7 +125,7 @@ class ElmoExportWrapper(nn.Module):
         lengths = mask.sum(dim=1)  # (B,)
         positions = torch.arange(words + 2, device=input_ids.device).unsqueeze(0)  # (1, T)
         # <S> w_1 .. w_n </S> 0 .. 0: the words shifted by one, </S> where the position is n + 1.
-        bos, eos = self.model._boundary_ids.to(input_ids.dtype)
+        bos, eos = self.model.boundary_ids.to(input_ids.dtype)
         ids = torch.cat(
             [
                 bos.expand(batch, 1, chars),
