@@ -503,9 +503,9 @@ class ElmoModelOutput(ModelOutput):
             representations, forward and backward side by side), each
             ``(B, W, 2P)``: ``[0]`` is the token layer ``[x; x]``, ``[k]`` is ``[forward_h; backward_h]``
             of LSTM layer ``k``. With ``token_layer_only=True`` only ``[0]``.
-        mask: ``(B, W)`` bool, True for words (the validated ``attention_mask``). Every output is exactly zero
-            where it is False. It stays bool on purpose (heads index with it); ``mask.long()`` is the
-            ``attention_mask`` form.
+        mask: ``(B, W)`` int64, 1 for words and 0 for padding: the validated ``attention_mask``, in its form (as
+            every transformers output, no bool tensor). Every output is exactly zero where it is 0; index with
+            ``mask.bool()``.
         lstm_state: the [`ElmoLstmState`] after this call, when states are carried (``lstm_state=`` given,
             ``config.stateful``, or ``return_lstm_state=True``); otherwise ``None``.
     """
@@ -715,6 +715,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
             kwargs["local_files_only"] = hub_local_files_only(
                 os.fspath(name), kwargs.get("local_files_only", False), kwargs.get("revision"), kwargs.get("cache_dir")
             )
+        # What the messages call the source: a path, or the state_dict given with no path.
+        source = os.fspath(name) if isinstance(name, (str, os.PathLike)) else "the given state_dict"
         ignore_mismatched = kwargs.pop("ignore_mismatched_sizes", False)
         want_info = kwargs.pop("output_loading_info", False)
         try:
@@ -740,7 +742,6 @@ class ElmoPreTrainedModel(PreTrainedModel):
                     problems.append(
                         f"{key}: {'not in the checkpoint' if kind == 'missing_keys' else 'not in the model'}"
                     )
-        source = os.fspath(name) if isinstance(name, (str, os.PathLike)) else "the given state_dict"
         if problems:
             shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
             raise ValueError(
@@ -776,7 +777,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """Set ``requires_grad`` from the config; called after ``__init__`` and after loading. Nothing by default."""
 
     def set_input_embeddings(self, value: nn.Module) -> None:
-        """Replace the character encoder (layer 0) of the biLM; it must map ``(..., C)`` ids to ``(..., P)``."""
+        """Replace the character embedding of the biLM's character encoder (see [`ElmoModel.set_input_embeddings`])."""
         self.base_model.set_input_embeddings(value)
 
     @torch.no_grad()
@@ -907,12 +908,14 @@ class ElmoModel(ElmoPreTrainedModel):
         if module is self:
             init.copy_(self.boundary_ids, self._make_boundary_ids(self.config))
 
-    def get_input_embeddings(self) -> nn.Module:
-        return self.char_cnn
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The character embedding ``(262, char_embedding_dim)``, the first layer of the character encoder."""
+        return self.char_cnn.char_embedding
 
     def set_input_embeddings(self, value: nn.Module) -> None:
-        """Replace the character encoder; the token cache (built with the old one) is dropped."""
-        self.char_cnn = value
+        """Replace the character embedding (``(..., C)`` ids to ``(..., C, char_embedding_dim)``); the token cache,
+        built with the old one, is dropped."""
+        self.char_cnn.char_embedding = value
         self.clear_token_cache()
 
     def reset_states(self) -> None:
@@ -1074,7 +1077,7 @@ class ElmoModel(ElmoPreTrainedModel):
             elmo=mixes[0] if mixes else None,
             elmo_representations=mixes,
             hidden_states=tuple(layers) if output_hidden_states else None,
-            mask=mask,
+            mask=mask.long(),
             lstm_state=state if return_lstm_state else None,
         )
 
@@ -1184,7 +1187,7 @@ class ElmoModel(ElmoPreTrainedModel):
             - ``sequence_len``: ``(B,)`` words per sentence.
         """
         out = self(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
-        mask, layers = out.mask, out.hidden_states
+        mask, layers = out.mask.bool(), out.hidden_states
         elmo = out.elmo if out.elmo is not None else torch.stack(layers).mean(dim=0)
         lengths = mask.sum(dim=1)
         outputs = {"word_emb": layers[0][..., : self.config.projection_dim]}

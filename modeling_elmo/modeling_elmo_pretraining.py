@@ -324,7 +324,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         logits = self.softmax.logits(states) if return_logits else None
         loss = forward_loss = backward_loss = None
         if labels is not None:
-            mask = base.mask
+            mask = base.mask.bool()
             self._check_labels(labels, mask, None)
             self._check_labels(backward_labels, mask, None)
             targets = torch.stack([labels, backward_labels])  # labels are the next tokens already: no shifting
@@ -388,7 +388,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if backward_labels is not None:
             raise ValueError("backward_labels are for stream training: give backward_input_ids too")
         base = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
-        mask = base.mask
+        mask = base.mask.bool()
         states = self._direction_states(base.hidden_states[-1])  # (2, B, W, P)
         logits = self.softmax.logits(states) if return_logits else None  # (2, B, W, V)
 
@@ -424,7 +424,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         try:
             base = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
             states = self._direction_states(base.hidden_states[-1])
-            targets = self.lm_targets(labels, base.mask, boundary_labels)
+            targets = self.lm_targets(labels, base.mask.bool(), boundary_labels)
             losses = self.softmax.full_loss(states, targets, reduction="none")
         finally:
             self.train(was_training)

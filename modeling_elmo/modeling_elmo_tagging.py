@@ -238,7 +238,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
                 token_layer_only=self.num_elmo_mixes == 0,
                 return_dict=True,
             )
-            mask, mixes = base.mask, base.elmo_representations  # (B, W) bool; (B, W, 2P) each
+            mask, mixes = base.mask.bool(), base.elmo_representations  # (B, W) bool; (B, W, 2P) each
             layer0 = base.hidden_states[0][..., : config.projection_dim]  # [x; x] -> x, (B, W, P)
             hidden_states = base.hidden_states if output_hidden_states else None
         else:

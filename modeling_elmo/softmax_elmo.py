@@ -297,8 +297,10 @@ def sampled_softmax_loss(
     return losses.sum() / keep.sum()  # mean over kept rows; 0/0 = NaN with none kept, as F.cross_entropy
 
 
-class ElmoSoftmax(nn.Module):
+class ElmoSoftmax(nn.Linear):
     """The biLM's softmax over the word vocabulary, shared by the forward and backward directions.
+
+    A ``nn.Linear(P, V)`` (so transformers sees it as the output embedding) with the sampled-softmax loss on top.
 
     Args:
         vocab_size: V.
@@ -309,17 +311,20 @@ class ElmoSoftmax(nn.Module):
     """
 
     def __init__(self, vocab_size: int, hidden_size: int):
-        super().__init__()
-        self.vocab_size = vocab_size
-        self.hidden_size = hidden_size
-        self.weight = nn.Parameter(torch.empty(vocab_size, hidden_size))
-        self.bias = nn.Parameter(torch.empty(vocab_size))
+        super().__init__(hidden_size, vocab_size)
         self.sampler = LogUniformSampler(vocab_size)
-        self.reset_parameters()
+
+    @property
+    def vocab_size(self) -> int:
+        return self.out_features
+
+    @property
+    def hidden_size(self) -> int:
+        return self.in_features
 
     def reset_parameters(self) -> None:
         # Weights N(0, 1/P): initial logits of unit variance for unit-variance inputs. Pretrained weights replace them.
-        nn.init.normal_(self.weight, std=1.0 / math.sqrt(self.hidden_size))
+        nn.init.normal_(self.weight, std=1.0 / math.sqrt(self.in_features))
         nn.init.zeros_(self.bias)
 
     def extra_repr(self) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
 from transformers import PreTrainedModel
 
 from modeling_elmo import (
@@ -19,7 +20,6 @@ from modeling_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
-from modeling_elmo.modeling_elmo import ElmoCharacterEncoder
 
 PACKAGE = Path(__file__).resolve().parent.parent / "modeling_elmo"
 TINY = dict(
@@ -143,13 +143,13 @@ def _batch() -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("kind", ["base", "lm", "tagger"])
-def test_set_input_embeddings_replaces_the_character_encoder(kind):
+def test_set_input_embeddings_replaces_the_character_embedding(kind):
     model = _models()[kind].eval()
-    replacement = ElmoCharacterEncoder(model.config)
+    replacement = nn.Embedding(262, model.config.char_embedding_dim, padding_idx=0)
     model.set_input_embeddings(replacement)
     assert model.get_input_embeddings() is replacement
     base = model if kind == "base" else model.elmo
-    assert base.char_cnn is replacement
+    assert base.char_cnn.char_embedding is replacement
     calls = []
     replacement.register_forward_hook(lambda *args: calls.append(1))
     with torch.no_grad():

@@ -213,11 +213,11 @@ def test_positions_past_the_end_are_exactly_zero():
     model = tiny_model(num_output_representations=2, scalar_mix_layer_norm="batch")
     with torch.no_grad():
         out = model(**encode(SENTENCES), output_hidden_states=True)
-    pad = ~out.mask
+    pad = ~out.mask.bool()
     assert pad.any()
     for tensor in (*out.hidden_states, *out.elmo_representations):
         assert torch.all(tensor[pad] == 0)
-        assert torch.all(tensor[out.mask].abs().sum(-1) > 0)
+        assert torch.all(tensor[out.mask.bool()].abs().sum(-1) > 0)
 
 
 def test_attention_mask_defaults_to_nonzero_rows():

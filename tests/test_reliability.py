@@ -285,11 +285,11 @@ def test_model_properties(batch):
     out = run(MODEL, ids, mask)
     layers = [out.elmo, *out.hidden_states]
     assert len(out.hidden_states) == MODEL.config.n_layers + 1
-    assert torch.equal(out.mask, mask.bool())
+    assert out.mask.dtype == torch.long and torch.equal(out.mask, mask.long())
     for layer in layers:
         assert tuple(layer.shape) == (*ids.shape[:2], WIDTH)
         assert torch.isfinite(layer).all()
-        assert not layer[~out.mask].any(), "padding positions must be exactly zero"
+        assert not layer[~out.mask.bool()].any(), "padding positions must be exactly zero"
     for b in range(len(batch)):
         n = int(mask[b].sum())
         alone = run(MODEL, ids[b : b + 1, :n], mask[b : b + 1, :n])
