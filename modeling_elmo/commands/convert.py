@@ -42,6 +42,7 @@ except ImportError:  # not POSIX: no lock (the rest works)
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
 from ..configuration_elmo import ElmoConfig
@@ -321,7 +322,10 @@ def convert(
         staging = _make_staging(output_dir)
         try:
             new = staging / "model"
-            model.save_pretrained(new)
+            try:
+                model.save_pretrained(new)
+            except SafetensorError as err:  # safetensors reports a full disk (EFBIG, ENOSPC) as its own error
+                raise OSError(f"writing model.safetensors failed: {err}") from err
             tokenizer.save_pretrained(new)
             write_model_card(new, model.config, how_made=_provenance(options_file, weight_file, vocab_file))
             _install(new, output_dir, staging)
