@@ -168,7 +168,16 @@ def _storage_problem(path: str, dataset) -> str | None:
             return f"dataset {_quote(path)} is a virtual dataset (its data lives in other datasets or files)"
         dtype = dataset.dtype
         if dtype.kind != "f":
-            kind = "compound" if dtype.names else _TYPE_NAMES.get(dtype.kind, "non-numeric")
+            if dtype.names:
+                kind = "compound"
+            elif h5py.check_string_dtype(dtype) is not None:
+                kind = "string"
+            elif h5py.check_vlen_dtype(dtype) is not None:
+                kind = "variable-length"
+            elif h5py.check_ref_dtype(dtype) is not None:
+                kind = "reference"
+            else:
+                kind = _TYPE_NAMES.get(dtype.kind, "non-numeric")
             return f"dataset {_quote(path)} holds {kind} values ({dtype.str}), not floating-point numbers"
         layout = dataset.id.get_create_plist().get_layout()
         if layout == h5py.h5d.CONTIGUOUS and dataset.id.get_storage_size() < dataset.nbytes:
@@ -203,8 +212,14 @@ def read_original_weights(
     except OSError as err:
         raise ConversionError(f"cannot read {weight_file} as HDF5 (truncated or not an HDF5 file?): {err}") from err
     with handle:
-        found, problems = _walk_hdf5(handle)
-        problems += [p for p in (_storage_problem(path, found[path]) for path in sorted(found)) if p is not None]
+        found, unsafe = _walk_hdf5(handle)
+        unsafe += [p for p in (_storage_problem(path, found[path]) for path in sorted(found)) if p is not None]
+        if unsafe:
+            raise ConversionError(
+                f"refusing {weight_file}: {_listing(unsafe)}. Only floating-point arrays stored in the file itself "
+                "are read."
+            )
+        problems = []
         for key, shape, _ in entries:
             if key not in found:
                 problems.append(f"missing dataset {key!r}")
@@ -219,7 +234,7 @@ def read_original_weights(
             )
         if problems:
             raise ConversionError(
-                f"cannot convert {weight_file}: "
+                f"{weight_file} does not match the options: "
                 + _listing(problems)
                 + ". Check that --options_file belongs to this weight file."
             )
