@@ -179,6 +179,13 @@ def test_non_float_dataset_is_refused(small, tmp_path: Path, kind: str, data: np
     assert f"dataset '{B_PROJ}' holds {kind} values" in message and "not floating-point" in message
 
 
+def test_empty_dataspace_is_refused(small, tmp_path: Path):
+    options, weights = small
+    replace_dataset(weights, B_PROJ, data=h5py.Empty("<f4"))
+    message = refused(options, weights, tmp_path / "out")
+    assert f"dataset '{B_PROJ}' holds no array" in message
+
+
 def test_unwritten_contiguous_dataset_is_refused(small, tmp_path: Path):
     options, weights = small
     replace_dataset(weights, W_CARRY, shape=(18, 18), dtype="<f4")  # declared, never written

@@ -179,7 +179,11 @@ def _storage_problem(path: str, dataset) -> str | None:
             else:
                 kind = _TYPE_NAMES.get(dtype.kind, "non-numeric")
             return f"dataset {_quote(path)} holds {kind} values ({dtype.str}), not floating-point numbers"
+        if dataset.shape is None:
+            return f"dataset {_quote(path)} holds no array (an empty dataspace)"
         layout = dataset.id.get_create_plist().get_layout()
+        if layout not in (h5py.h5d.COMPACT, h5py.h5d.CONTIGUOUS, h5py.h5d.CHUNKED):
+            return f"dataset {_quote(path)} has an unsupported storage layout ({layout})"
         if layout == h5py.h5d.CONTIGUOUS and dataset.id.get_storage_size() < dataset.nbytes:
             stored, declared = dataset.id.get_storage_size(), dataset.nbytes
             return f"dataset {_quote(path)} is not fully written: {stored} of its {declared} bytes are stored"
