@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import errno
 import math
 import os
 import shutil
@@ -458,10 +459,10 @@ def _exchange(a: Path, b: Path) -> bool:
     at_fdcwd, rename_exchange = -100, 2
     if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
         return True
-    errno = ctypes.get_errno()
-    if errno in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: the kernel or the file system cannot
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # the kernel or the file system cannot
         return False
-    raise OSError(errno, os.strerror(errno), os.fspath(b))
+    raise OSError(code, os.strerror(code), os.fspath(b))
 
 
 def _install(new: Path, output_dir: Path, staging: Path) -> None:
