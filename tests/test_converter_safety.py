@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import h5py
@@ -359,28 +360,46 @@ def test_conversion_while_another_holds_the_lock_fails_clearly(small, tmp_path: 
     assert not out.exists() and hidden_leftovers(tmp_path) == [".out.lock"]  # the test's own lock file
 
 
-@pytest.mark.parametrize("overwrite", [False, True], ids=["new", "existing-overwrite"])
-def test_two_concurrent_conversions_one_succeeds(small, tmp_path: Path, overwrite: bool):
-    """Two real processes started together: one exit 0, one exit 1 with a clear error, and a complete output.
+# Two converters started at once: each imports the package (the slow part, seconds apart on a busy machine),
+# says it is ready, and runs the command's main() only once the test says go, so both check the output folder
+# within milliseconds of each other, well inside the other's conversion.
+RACER = """
+import os, sys, time
+from modeling_elmo.commands.convert import main
+open(sys.argv[1] + str(os.getpid()), "w").close()
+while not os.path.exists(sys.argv[2]):
+    time.sleep(0.001)
+sys.exit(main(sys.argv[3:]))
+"""
 
-    With ``--overwrite`` both may succeed one after the other (that is a correct outcome: each replaced the
-    folder whole); they must never both write at once, which the output's completeness checks."""
+
+def test_two_concurrent_conversions_one_succeeds(small, tmp_path: Path):
+    """Two real processes started together: one exit 0, one exit 1 with a clear error, and a complete output."""
     options, weights = small
     out = tmp_path / "out"
-    if overwrite:
-        convert(options, weights, out, progress=False)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
     args = ["--options_file", options, "--weight_file", weights, "--output_dir", out, "--no_progress"]
-    args += ["--overwrite"] if overwrite else []
+    command = [sys.executable, "-c", RACER, f"{barrier}/ready-", f"{barrier}/go", *map(str, args)]
     processes = [
-        subprocess.Popen(cli(*args), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
-    results = [subprocess.CompletedProcess(p.args, p.wait(timeout=300), *p.communicate()) for p in processes]
-    codes = sorted(r.returncode for r in results)
-    if overwrite:
-        assert codes in ([0, 0], [0, 1])
-    else:
-        assert codes == [0, 1], [r.stderr for r in results]
+    try:
+        deadline = time.monotonic() + 240
+        while len(list(barrier.glob("ready-*"))) < 2 and time.monotonic() < deadline:
+            assert all(p.poll() is None for p in processes), "a converter ended before the start"
+            time.sleep(0.01)
+        (barrier / "go").touch()
+        outputs = [p.communicate(timeout=300) for p in processes]
+        results = [
+            subprocess.CompletedProcess(p.args, p.returncode, *o) for p, o in zip(processes, outputs, strict=True)
+        ]
+    finally:
+        for p in processes:
+            p.kill()
+            p.wait()
+    assert sorted(r.returncode for r in results) == [0, 1], [r.stderr for r in results]
     for r in results:
         if r.returncode == 1:
             message = one_error_line(r)
