@@ -484,6 +484,13 @@ def test_user_folder_with_a_staging_name_is_kept(small, tmp_path: Path):
     assert remove_stale_staging(tmp_path / "out") == []
 
 
+def test_empty_staging_folder_of_a_dead_process_is_removed(tmp_path: Path):
+    """Killed between creating its staging folder and marking it: the folder is empty, and removed."""
+    empty = tmp_path / f".out.partial-{DEAD_PID}-abcd"
+    empty.mkdir()
+    assert remove_stale_staging(tmp_path / "out") == [empty] and not empty.exists()
+
+
 def test_marked_staging_folder_of_a_dead_process_is_removed(tmp_path: Path):
     from modeling_elmo.commands.convert import _make_staging
 

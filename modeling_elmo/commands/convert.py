@@ -517,7 +517,8 @@ def remove_stale_staging(output_dir: str | os.PathLike) -> list[Path]:
     A conversion writes inside a marked folder ``.NAME.partial-PID-*`` and swaps the result into ``NAME`` only
     when complete, so ``NAME`` is never half-written; a ``SIGKILL`` can only leave such a hidden staging folder
     behind. Those of processes that no longer run, and only those that carry the marker of [`_make_staging`]
-    (a user's folder of the same name is left alone), are removed here (each conversion does this first).
+    or are empty (a user's folder of the same name is left alone), are removed here (each conversion does this
+    first).
     One that holds the old ``NAME`` (a kill between the two renames of the fallback) gives it back first if
     ``NAME`` is missing.
     """
@@ -533,6 +534,10 @@ def remove_stale_staging(output_dir: str | os.PathLike) -> list[Path]:
         if not pid.isdigit() or path.is_symlink() or not path.is_dir() or _pid_alive(int(pid)):
             continue
         if not _is_marked(path):
+            # Empty: killed between creating and marking it; removing an empty folder loses nothing.
+            with contextlib.suppress(OSError):
+                path.rmdir()
+                removed.append(path)
             continue
         old = path / "replaced"
         if old.is_dir() and not old.is_symlink() and not os.path.lexists(output_dir):
