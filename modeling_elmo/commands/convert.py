@@ -356,7 +356,7 @@ def convert(
 
 def _check_readable(label: str, path: str) -> None:
     """Raise ``FileNotFoundError`` if ``path`` does not exist, [`ConversionError`] if it is not a readable file."""
-    if not os.path.lexists(path):
+    if not os.path.exists(path):  # a dangling symlink too
         raise FileNotFoundError(f"{label} not found: {path}")
     if not os.path.isfile(path):
         raise ConversionError(f"{label} {path} is not a regular file")
