@@ -485,20 +485,22 @@ def test_converter_killed_while_writing_leaves_no_output(tmp_path: Path):
 
 
 def test_stale_staging_of_live_process_is_kept(tmp_path: Path):
-    from modeling_elmo.commands.convert import remove_stale_staging
+    from modeling_elmo.commands.convert import _make_staging, remove_stale_staging
 
     out = tmp_path / "model"
-    live = tmp_path / f".model.partial-{os.getpid()}-abc"
-    dead_pid = 2**22 + 12345  # above the default pid_max: no such process
-    dead = tmp_path / f".model.partial-{dead_pid}-xyz"
-    other = tmp_path / f".other.partial-{dead_pid}-xyz"
-    replaced = tmp_path / f".model.replaced-{dead_pid}-q"
-    for folder in (live, dead, other, replaced):
-        folder.mkdir()
-    assert remove_stale_staging(out) == [dead]  # the old folder of an --overwrite is kept while `model` is missing
-    assert live.exists() and other.exists() and replaced.exists()
-    out.mkdir()
-    assert remove_stale_staging(out) == [replaced]
+    live = _make_staging(out)  # this process's own: alive
+    child = os.fork()  # a conversion that made its staging folders and was killed
+    if child == 0:
+        try:
+            _make_staging(out)
+            _make_staging(tmp_path / "other")
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    dead = next(tmp_path.glob(f".model.partial-{child}-*"))
+    other = next(tmp_path.glob(f".other.partial-{child}-*"))
+    assert remove_stale_staging(out) == [dead]
+    assert live.exists() and other.exists()
 
 
 # ---------------------------------------------------------------------------------------------
