@@ -208,8 +208,9 @@ class ElmoModelTest(ModelTesterMixin, unittest.TestCase):
         inputs_dict = super()._prepare_for_class(inputs_dict, model_class, return_labels=return_labels)
         if return_labels and model_class is ElmoForPreTraining:
             # The LM head takes the vocabulary ids of the input words themselves and shifts them per direction.
+            # Derived from the words (not drawn): the mixin compares two calls' outputs built from two preparations.
             mask = inputs_dict["attention_mask"].bool()
-            labels = ids_tensor(list(mask.shape), self.model_tester.lm_vocab_size).to(mask.device)
+            labels = inputs_dict["input_ids"].sum(dim=-1) % self.model_tester.lm_vocab_size
             inputs_dict["labels"] = labels.masked_fill(~mask, -100)
         return inputs_dict
 
