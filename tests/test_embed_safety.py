@@ -172,6 +172,23 @@ def test_sigterm_mid_embed_removes_the_partial_file(tiny_dir, tmp_path):
     assert not partial.exists() and sorted(os.listdir(tmp_path)) == []
 
 
+def test_sigterm_while_writing_removes_the_partial_file(tiny_dir, tmp_path):
+    """SIGTERM while the file is being written (HDF5 calls back into Python to write: the signal is handled
+    between its calls, never inside one)."""
+    text = corpus(tmp_path / "input.txt", 20000)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    run = subprocess.Popen(embed_command(tiny_dir, text, "-o", folder / "out.hdf5", "--batch-size", "512"), env=ENV,
+                           stderr=subprocess.PIPE, text=True)  # fmt: skip
+    partial = wait_for_partial(folder, "out.hdf5", run)
+    while run.poll() is None and partial.exists() and partial.stat().st_size < 500_000:
+        time.sleep(0.02)
+    run.send_signal(signal.SIGTERM)
+    _, err = run.communicate(timeout=60)
+    assert (run.returncode, err) == (128 + signal.SIGTERM, "terminated\n")
+    assert os.listdir(folder) == []
+
+
 def test_next_run_removes_what_a_killed_run_left(tiny_dir, tmp_path):
     """SIGKILL cannot be handled: the partial file stays, and the next run to the same output deletes it. It
     deletes only marked files of dead processes for that output: not a live process's, not another output's,

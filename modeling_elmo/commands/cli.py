@@ -239,22 +239,53 @@ class Terminated(BaseException):
     """SIGTERM arrived: unwinds like ``KeyboardInterrupt``, so that the partial output is removed."""
 
 
-def _raise_terminated(signum, frame) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt the clean-up
-    raise Terminated
+class _HDF5Call:
+    """Defers Ctrl-C and SIGTERM while HDF5 runs: HDF5 calls [`_GuardedFile`]'s Python methods, and an exception
+    raised there by a signal handler would reach HDF5 as a failed write (which it does not survive). Use
+    ``with _HDF5_CALL:`` around each h5py operation on a guarded file; the signal's exception is raised when
+    the operation is done."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending: BaseException | None = None
+
+    def __enter__(self) -> None:
+        self.depth += 1
+
+    def __exit__(self, *exc_info) -> None:
+        self.depth -= 1
+        if self.depth == 0 and self.pending is not None and exc_info[0] is None:
+            error, self.pending = self.pending, None
+            raise error
+
+
+_HDF5_CALL = _HDF5Call()
+
+
+def _on_signal(signum, frame) -> None:
+    if signum == signal.SIGTERM:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt the clean-up
+    error = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    if _HDF5_CALL.depth:
+        _HDF5_CALL.pending = _HDF5_CALL.pending or error
+        return
+    raise error
 
 
 @contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """Within the block, SIGTERM raises [`Terminated`] (in the main thread; elsewhere signals cannot be set)."""
+def _signals_unwind() -> Iterator[None]:
+    """Within the block, SIGTERM raises [`Terminated`] and Ctrl-C ``KeyboardInterrupt``, both deferred while HDF5
+    runs (see [`_HDF5Call`]). Only in the main thread, where signal handlers can be set."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    previous = {number: signal.signal(number, _on_signal) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        _HDF5_CALL.pending = None
 
 
 class _GuardedFile:
@@ -359,17 +390,20 @@ def _write_sentences(
 
     guard = _GuardedFile(path, label or path)
     try:
-        f = _create_hdf5(guard)
+        with _HDF5_CALL:
+            f = _create_hdf5(guard)
         try:
-            f.attrs.update(attrs)
-            words_ds = f.create_dataset(
-                "words", shape=(0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(1024,)
-            )
+            with _HDF5_CALL:
+                f.attrs.update(attrs)
+                words_ds = f.create_dataset(
+                    "words", shape=(0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(1024,)
+                )
             block: list[str] = []
 
             def flush() -> None:
-                words_ds.resize((words_ds.shape[0] + len(block),))
-                words_ds[-len(block) :] = np.array(block, dtype=object)
+                with _HDF5_CALL:
+                    words_ds.resize((words_ds.shape[0] + len(block),))
+                    words_ds[-len(block) :] = np.array(block, dtype=object)
                 block.clear()
                 guard.check()
 
@@ -395,14 +429,17 @@ def _write_sentences(
                 ordered=False,
             )
             for index, array in results:
-                f.create_dataset(str(index), data=array.astype(np.float32, copy=False))
+                with _HDF5_CALL:
+                    f.create_dataset(str(index), data=array.astype(np.float32, copy=False))
                 guard.check()
                 count += 1
             if block:
                 flush()
-            f.attrs["num_sentences"] = count
+            with _HDF5_CALL:
+                f.attrs["num_sentences"] = count
         finally:
-            f.close()  # HDF5 saw no failed write, so this closes cleanly even after one
+            with _HDF5_CALL:
+                f.close()  # HDF5 saw no failed write, so this closes cleanly even after one
         guard.check()
     finally:
         guard.close()
@@ -421,22 +458,27 @@ def _merge_parts(parts: list[str], path: str, label: str | None = None) -> int:
         total = sum(int(h.attrs["num_sentences"]) for h in handles)
         guard = _GuardedFile(path, label or path)
         try:
-            out = _create_hdf5(guard)
+            with _HDF5_CALL:
+                out = _create_hdf5(guard)
             try:
                 attrs = dict(handles[0].attrs)
                 attrs["num_sentences"] = total
-                out.attrs.update(attrs)
-                words = out.create_dataset("words", shape=(total,), dtype=h5py.string_dtype())
+                with _HDF5_CALL:
+                    out.attrs.update(attrs)
+                    words = out.create_dataset("words", shape=(total,), dtype=h5py.string_dtype())
                 for start in range(0, total, 1024):
                     stop = min(start + 1024, total)
                     block = [handles[i % world]["words"][i // world] for i in range(start, stop)]
-                    words[start:stop] = np.array(block, dtype=object)
+                    with _HDF5_CALL:
+                        words[start:stop] = np.array(block, dtype=object)
                     guard.check()
                 for i in range(total):
-                    handles[i % world].copy(str(i // world), out, name=str(i))
+                    with _HDF5_CALL:
+                        handles[i % world].copy(str(i // world), out, name=str(i))
                     guard.check()
             finally:
-                out.close()
+                with _HDF5_CALL:
+                    out.close()
             guard.check()
         finally:
             guard.close()
@@ -594,7 +636,7 @@ def run_embed(args: argparse.Namespace) -> int:
         raise CliError(f"input file {args.input} not found")
     check_device_name(args.device)
 
-    with _sigterm_unwinds():
+    with _signals_unwind():
         if world == 1:
             return _embed_single(args, output)
         return _embed_distributed(args, output, rank, world, local_rank)
