@@ -221,6 +221,18 @@ def test_next_run_removes_what_a_killed_run_left(tiny_dir, tmp_path):
     assert_complete(out, 10)
 
 
+def test_next_run_removes_part_files_of_a_killed_multiprocess_run(tiny_dir, tmp_path, capsys):
+    """Part files carry no PID; a run that holds the output's lock knows that no other run is writing them."""
+    text = corpus(tmp_path / "input.txt", 5)
+    out = tmp_path / "out.hdf5"
+    parts = [tmp_path / f".out.hdf5.embed-part{r}-of-2.tmp" for r in range(2)]
+    for part in parts:
+        part.write_bytes(b"")
+    assert cli.main(["embed", str(text), "-o", str(out), "--model", str(tiny_dir), "--no-progress"]) == 0
+    assert not any(part.exists() for part in parts)
+    assert_complete(out, 5)
+
+
 # ---------------------------------------------------------------------------------------------
 # Memory (item 10)
 # ---------------------------------------------------------------------------------------------

@@ -229,7 +229,7 @@ def _count_lines(path: str) -> int:
 # Every file `elmo embed` writes next to the output has a hidden name marked as its own:
 # ``.NAME.embed-partial-PID.tmp`` (one process), ``.NAME.embed-partN-of-W.tmp`` and ``.NAME.embed-merging-PID.tmp``
 # (several processes), and the lock ``.NAME.embed.lock``. Only the PID-named ones of dead processes are stale.
-_STALE_TEMP = re.compile(r"embed-(?:partial|merging)-(?P<pid>[0-9]+)\.tmp")
+_STALE_TEMP = re.compile(r"embed-(?:partial|merging)-(?P<pid>[0-9]+)\.tmp|embed-part[0-9]+-of-[0-9]+\.tmp")
 # HDF5's metadata cache grows by default up to 32 MB with the number of datasets written (one per sentence);
 # 1 MB keeps the memory flat, for writes ~10% slower in a loop that does nothing but write.
 _HDF5_METADATA_CACHE_BYTES = 1 << 20
@@ -562,13 +562,14 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_partials(output: str) -> list[str]:
+def remove_stale_partials(output: str, locked: bool = True) -> list[str]:
     """Delete what `elmo embed` processes that died (SIGKILL, power loss) left next to ``output``.
 
     Only files provably left by this command are deleted: a regular file of this user, named
     ``.NAME.embed-partial-PID.tmp`` or ``.NAME.embed-merging-PID.tmp`` for this very output, whose process
-    ``PID`` is dead (or is this process, which has not created its own yet). Call it holding the lock
-    ([`_lock_output`]). Returns the deleted paths.
+    ``PID`` is dead (or is this process, which has not created its own yet); and, when this process holds
+    the output's lock (``locked``: no other run to this output is writing), the part files
+    ``.NAME.embed-partN-of-W.tmp`` of a multi-process run, whose names carry no PID. Returns the deleted paths.
     """
     folder, name = os.path.split(os.path.abspath(output))
     prefix = f".{name}."
@@ -580,8 +581,10 @@ def remove_stale_partials(output: str) -> list[str]:
         match = _STALE_TEMP.fullmatch(entry.name[len(prefix) :])
         if match is None or not entry.is_file(follow_symlinks=False):
             continue
-        pid = int(match["pid"])
-        if pid != os.getpid() and _pid_alive(pid):
+        if match["pid"] is None:
+            if not locked:
+                continue
+        elif int(match["pid"]) != os.getpid() and _pid_alive(int(match["pid"])):
             continue
         if uid is not None and entry.stat(follow_symlinks=False).st_uid != uid:
             continue
@@ -647,7 +650,7 @@ def _start_output(args, output: str) -> int | None:
     written. Returns the lock for [`_unlock_output`]."""
     lock = _lock_output(output)
     try:
-        remove_stale_partials(output)
+        remove_stale_partials(output, locked=lock is not None)
         if os.path.exists(output) and not args.overwrite:
             raise CliError(f"{output} exists; pass --overwrite to replace it")
     except BaseException:
