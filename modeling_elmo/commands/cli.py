@@ -13,7 +13,7 @@ Without ``--model``, ``embed`` and ``similar`` use the demo model bundled in the
 ELMo. For real use, convert the original weights (``elmo convert``) and pass ``--model FOLDER``.
 
 Exit codes: 0 success; 1 an error the message explains (missing file, unloadable model, bad input...);
-2 bad command-line usage; 130 interrupted.
+2 bad command-line usage; 130 interrupted (Ctrl-C); 143 terminated (SIGTERM, ``elmo embed``).
 
 ``elmo embed`` scales out over processes: started by ``accelerate launch`` or ``torchrun`` (which set
 ``RANK``/``WORLD_SIZE``), each process embeds the sentences ``i`` with ``i % world_size == rank`` into a
@@ -24,11 +24,14 @@ imported at start-up: torch, transformers and the model load when a subcommand n
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import importlib
 import os
 import re
+import signal
 import sys
-from collections import deque
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
@@ -55,6 +58,9 @@ DEMO_MODEL_NOTE = (
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+# The devices the commands run on. torch.device also accepts "meta" (tensors without data), "xla", "hpu"...:
+# refused by name here rather than failing later with a traceback.
+_DEVICE = re.compile(r"auto|(?:cpu|mps|cuda)(?::[0-9]+)?")
 
 
 class CliError(Exception):
@@ -95,8 +101,18 @@ def resolve_model(model: str | None) -> str:
     return str(DEMO_MODEL_DIR)
 
 
+def check_device_name(name: str) -> None:
+    """Refuse a ``--device`` other than ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps``, without importing torch."""
+    if not _DEVICE.fullmatch(name):
+        why = " (meta tensors hold no data)" if name.partition(":")[0] == "meta" else ""
+        raise CliError(
+            f"--device {name!r} is not a device this command can run on{why}; use auto, cpu, cuda, cuda:1 or mps"
+        )
+
+
 def resolve_device(name: str, local_rank: int = 0):
-    """``auto`` (CUDA if available, one GPU per local process, else CPU) or a torch device string."""
+    """``auto`` (CUDA if available, one GPU per local process, else CPU) or ``cpu``, ``cuda[:N]``, ``mps``."""
+    check_device_name(name)
     import torch
 
     if name == "auto":
@@ -221,6 +237,142 @@ def _count_lines(path: str) -> int:
 # elmo embed
 # ---------------------------------------------------------------------------------------------
 
+# Every file `elmo embed` writes next to the output has a hidden name marked as its own:
+# ``.NAME.embed-partial-PID.tmp`` (one process), ``.NAME.embed-partN-of-W.tmp`` and ``.NAME.embed-merging-PID.tmp``
+# (several processes), and the lock ``.NAME.embed.lock``. Only the PID-named ones of dead processes are stale.
+_STALE_TEMP = re.compile(r"embed-(?:partial|merging)-(?P<pid>[0-9]+)\.tmp|embed-part[0-9]+-of-[0-9]+\.tmp")
+# HDF5's metadata cache grows by default up to 32 MB with the number of datasets written (one per sentence);
+# 1 MB keeps the memory flat, for writes ~10% slower in a loop that does nothing but write.
+_HDF5_METADATA_CACHE_BYTES = 1 << 20
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwinds like ``KeyboardInterrupt``, so that the partial output is removed."""
+
+
+class _HDF5Call:
+    """Defers Ctrl-C and SIGTERM while HDF5 runs: HDF5 calls [`_GuardedFile`]'s Python methods, and an exception
+    raised there by a signal handler would reach HDF5 as a failed write (which it does not survive). Use
+    ``with _HDF5_CALL:`` around each h5py operation on a guarded file; the signal's exception is raised when
+    the operation is done."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending: BaseException | None = None
+
+    def __enter__(self) -> None:
+        self.depth += 1
+
+    def __exit__(self, *exc_info) -> None:
+        self.depth -= 1
+        if self.depth == 0 and self.pending is not None and exc_info[0] is None:
+            error, self.pending = self.pending, None
+            raise error
+
+
+_HDF5_CALL = _HDF5Call()
+
+
+def _on_signal(signum, frame) -> None:
+    if signum == signal.SIGTERM:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt the clean-up
+    error = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+    if _HDF5_CALL.depth:
+        _HDF5_CALL.pending = _HDF5_CALL.pending or error
+        return
+    raise error
+
+
+@contextlib.contextmanager
+def _signals_unwind() -> Iterator[None]:
+    """Within the block, SIGTERM raises [`Terminated`] and Ctrl-C ``KeyboardInterrupt``, both deferred while HDF5
+    runs (see [`_HDF5Call`]). Only in the main thread, where signal handlers can be set."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, _on_signal) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        _HDF5_CALL.pending = None
+
+
+class _GuardedFile:
+    """A new binary file for h5py's ``fileobj`` driver that keeps write errors away from HDF5.
+
+    HDF5 does not recover from a failed write (a full disk, a quota, a file size limit): the error comes out
+    of the next dataset's close, where h5py can only print it (once per dataset, from ``__dealloc__``), the
+    loop goes on, and closing the file afterwards segfaults. So the first failed write is remembered here,
+    HDF5 is told that every write succeeded, and the caller calls [`check`] after each dataset and after
+    closing the file, then deletes the file. Nothing is read back from the file once a write has failed.
+    """
+
+    def __init__(self, path: str, label: str) -> None:
+        self.path, self.label = path, label
+        self.error: OSError | None = None
+        self._file = open(path, "xb+", buffering=0)  # noqa: SIM115  # x: never write into a file that exists
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        return self._file.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def read(self, size: int = -1) -> bytes:  # h5py takes an object with read and seek for a file
+        return self._file.read(size)
+
+    def readinto(self, buffer) -> int:
+        return self._file.readinto(buffer)
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        size = len(view)
+        if self.error is None:
+            try:
+                while view:  # an unbuffered write may write less than asked, e.g. up to a size limit
+                    written = self._file.write(view)
+                    if not written:
+                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                    view = view[written:]
+            except OSError as err:
+                self.error = err
+        return size
+
+    def truncate(self, size: int | None = None) -> int:
+        if self.error is None:
+            try:
+                return self._file.truncate(size)
+            except OSError as err:
+                self.error = err
+        return self.tell() if size is None else size
+
+    def flush(self) -> None:  # unbuffered: nothing to do
+        pass
+
+    def close(self) -> None:
+        self._file.close()
+
+    def check(self) -> None:
+        """Raise a [`CliError`] naming the output if a write has failed."""
+        if self.error is not None:
+            reason = self.error.strerror or str(self.error)
+            raise CliError(f"could not write {self.label}: {reason} (errno {self.error.errno}); no file was left")
+
+
+def _create_hdf5(guard: _GuardedFile):
+    """A new HDF5 file written through ``guard``, with a metadata cache of fixed size."""
+    import h5py
+
+    f = h5py.File(guard, "w")
+    config = f.id.get_mdc_config()
+    config.set_initial_size = True
+    config.initial_size = config.max_size = _HDF5_METADATA_CACHE_BYTES
+    config.min_size = min(config.min_size, _HDF5_METADATA_CACHE_BYTES)
+    f.id.set_mdc_config(config)
+    return f
+
 
 def _write_sentences(
     path: str,
@@ -233,56 +385,79 @@ def _write_sentences(
     progress: bool,
     total: int | None,
     attrs: dict,
+    label: str | None = None,
 ) -> int:
-    """Embed ``sentences`` into a new HDF5 file ``path``: datasets ``"0"``, ``"1"``... and ``words``."""
+    """Embed ``sentences`` into a new HDF5 file ``path``: datasets ``"0"``, ``"1"``... and ``words``.
+
+    Streams: the words go to the file 1024 sentences at a time as they are read, and each batch's vectors as
+    soon as the batch is done (datasets are named by sentence index, so their order of creation does not
+    matter), so the memory depends on neither the corpus size nor the chunk size. A failed write (full disk)
+    stops the run at once with a [`CliError`] naming ``label`` (default ``path``); the caller deletes ``path``.
+    """
     import h5py
     import numpy as np
 
     from ..utils.embedding_elmo import embed_corpus
 
-    pending: deque[list[str]] = deque()
+    guard = _GuardedFile(path, label or path)
+    try:
+        with _HDF5_CALL:
+            f = _create_hdf5(guard)
+        try:
+            with _HDF5_CALL:
+                f.attrs.update(attrs)
+                words_ds = f.create_dataset(
+                    "words", shape=(0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(1024,)
+                )
+            block: list[str] = []
 
-    def words_of_each() -> Iterator[list[str]]:
-        for sentence in sentences:
-            words = tokenizer.tokenize(sentence.strip())
-            pending.append(words)
-            yield words
+            def flush() -> None:
+                with _HDF5_CALL:
+                    words_ds.resize((words_ds.shape[0] + len(block),))
+                    words_ds[-len(block) :] = np.array(block, dtype=object)
+                block.clear()
+                guard.check()
 
-    count = 0
-    with h5py.File(path, "w") as f:
-        f.attrs.update(attrs)
-        words_ds = f.create_dataset("words", shape=(0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(1024,))
-        block: list[str] = []
+            def words_of_each() -> Iterator[list[str]]:
+                for sentence in sentences:
+                    words = tokenizer.tokenize(sentence.strip())
+                    block.append(" ".join(words))
+                    if len(block) == 1024:
+                        flush()
+                    yield words
 
-        def flush() -> None:
-            words_ds.resize((words_ds.shape[0] + len(block),))
-            words_ds[-len(block) :] = np.array(block, dtype=object)
-            block.clear()
-
-        results = embed_corpus(
-            model,
-            tokenizer,
-            words_of_each(),
-            output=output_type,
-            batch_size=batch_size,
-            max_batch_words=max_batch_words,
-            is_split_into_words=True,
-            progress=progress,
-            total=total,
-        )
-        for index, array in results:
-            f.create_dataset(str(index), data=array.astype(np.float32, copy=False))
-            block.append(" ".join(pending.popleft()))
-            if len(block) == 1024:
+            count = 0
+            results = embed_corpus(
+                model,
+                tokenizer,
+                words_of_each(),
+                output=output_type,
+                batch_size=batch_size,
+                max_batch_words=max_batch_words,
+                is_split_into_words=True,
+                progress=progress,
+                total=total,
+                ordered=False,
+            )
+            for index, array in results:
+                with _HDF5_CALL:
+                    f.create_dataset(str(index), data=array.astype(np.float32, copy=False))
+                guard.check()
+                count += 1
+            if block:
                 flush()
-            count += 1
-        if block:
-            flush()
-        f.attrs["num_sentences"] = count
+            with _HDF5_CALL:
+                f.attrs["num_sentences"] = count
+        finally:
+            with _HDF5_CALL:
+                f.close()  # HDF5 saw no failed write, so this closes cleanly even after one
+        guard.check()
+    finally:
+        guard.close()
     return count
 
 
-def _merge_parts(parts: list[str], path: str) -> int:
+def _merge_parts(parts: list[str], path: str, label: str | None = None) -> int:
     """Interleave part files into ``path``, in input order: dataset ``"k"`` of part ``r`` is sentence
     ``k * world + r`` (process ``r`` embedded sentences ``r, r + world, ...`` and numbered them 0, 1, ...)."""
     import h5py
@@ -292,17 +467,32 @@ def _merge_parts(parts: list[str], path: str) -> int:
     handles = [h5py.File(p, "r") for p in parts]
     try:
         total = sum(int(h.attrs["num_sentences"]) for h in handles)
-        with h5py.File(path, "w") as out:
-            attrs = dict(handles[0].attrs)
-            attrs["num_sentences"] = total
-            out.attrs.update(attrs)
-            words = out.create_dataset("words", shape=(total,), dtype=h5py.string_dtype())
-            for start in range(0, total, 1024):
-                stop = min(start + 1024, total)
-                block = [handles[i % world]["words"][i // world] for i in range(start, stop)]
-                words[start:stop] = np.array(block, dtype=object)
-            for i in range(total):
-                handles[i % world].copy(str(i // world), out, name=str(i))
+        guard = _GuardedFile(path, label or path)
+        try:
+            with _HDF5_CALL:
+                out = _create_hdf5(guard)
+            try:
+                attrs = dict(handles[0].attrs)
+                attrs["num_sentences"] = total
+                with _HDF5_CALL:
+                    out.attrs.update(attrs)
+                    words = out.create_dataset("words", shape=(total,), dtype=h5py.string_dtype())
+                for start in range(0, total, 1024):
+                    stop = min(start + 1024, total)
+                    block = [handles[i % world]["words"][i // world] for i in range(start, stop)]
+                    with _HDF5_CALL:
+                        words[start:stop] = np.array(block, dtype=object)
+                    guard.check()
+                for i in range(total):
+                    with _HDF5_CALL:
+                        handles[i % world].copy(str(i // world), out, name=str(i))
+                    guard.check()
+            finally:
+                with _HDF5_CALL:
+                    out.close()
+            guard.check()
+        finally:
+            guard.close()
     finally:
         for h in handles:
             h.close()
@@ -319,6 +509,122 @@ def _remove(path: str) -> None:
 def _temp_name(output: str, tag: str) -> str:
     folder, name = os.path.split(os.path.abspath(output))
     return os.path.join(folder, f".{name}.{tag}.tmp")
+
+
+def _lock_name(output: str) -> str:
+    folder, name = os.path.split(os.path.abspath(output))
+    return os.path.join(folder, f".{name}.embed.lock")
+
+
+def _lock_output(output: str) -> int | None:
+    """Lock ``output`` for this run: an exclusive ``flock`` on ``.NAME.embed.lock`` next to it, so that a second
+    `elmo embed` to the same output fails at once, with or without ``--overwrite``. The system releases the
+    lock when the process dies, even by SIGKILL. Returns the lock file's descriptor for [`_unlock_output`]
+    (``None`` where ``flock`` does not exist or the file system has no locks; publishing with
+    [`_publish`] still never replaces a file without ``--overwrite``)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        return None
+    path = _lock_name(output)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise CliError(
+                f"{output} is being written by another `elmo embed` (process {holder}); wait until it is done "
+                "or choose another --output"
+            ) from None
+        except OSError:
+            os.close(fd)
+            return None
+        # The previous holder removes the lock file when done, maybe after we opened it: then we hold a lock
+        # on a file that no longer has a name, which nobody else would see. Lock the file that is there now.
+        try:
+            current = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            current = False
+        if current:
+            with contextlib.suppress(OSError):  # the PID is only for the message above
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+            return fd
+        os.close(fd)
+
+
+def _unlock_output(output: str, fd: int | None) -> None:
+    """Remove the lock file, then release the lock (in this order: see [`_lock_output`])."""
+    if fd is None:
+        return
+    _remove(_lock_name(output))
+    os.close(fd)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_partials(output: str, locked: bool = True) -> list[str]:
+    """Delete what `elmo embed` processes that died (SIGKILL, power loss) left next to ``output``.
+
+    Only files provably left by this command are deleted: a regular file of this user, named
+    ``.NAME.embed-partial-PID.tmp`` or ``.NAME.embed-merging-PID.tmp`` for this very output, whose process
+    ``PID`` is dead (or is this process, which has not created its own yet); and, when this process holds
+    the output's lock (``locked``: no other run to this output is writing), the part files
+    ``.NAME.embed-partN-of-W.tmp`` of a multi-process run, whose names carry no PID. Returns the deleted paths.
+    """
+    folder, name = os.path.split(os.path.abspath(output))
+    prefix = f".{name}."
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    removed = []
+    for entry in os.scandir(folder):
+        if not entry.name.startswith(prefix):
+            continue
+        match = _STALE_TEMP.fullmatch(entry.name[len(prefix) :])
+        if match is None or not entry.is_file(follow_symlinks=False):
+            continue
+        if match["pid"] is None:
+            if not locked:
+                continue
+        elif int(match["pid"]) != os.getpid() and _pid_alive(int(match["pid"])):
+            continue
+        if uid is not None and entry.stat(follow_symlinks=False).st_uid != uid:
+            continue
+        _remove(entry.path)
+        removed.append(entry.path)
+    return removed
+
+
+def _publish(temp: str, output: str, overwrite: bool) -> None:
+    """Give the complete file ``temp`` the name ``output``. With ``overwrite`` it replaces whatever is there;
+    without, it never replaces a file, even one that another program created while this run was writing:
+    ``os.link`` fails if ``output`` exists, where ``os.replace`` would silently replace it."""
+    if overwrite:
+        os.replace(temp, output)
+        return
+    appeared = CliError(
+        f"{output} was created by another program while this run was writing it; it was left as it is "
+        "(pass --overwrite to replace it)"
+    )
+    try:
+        os.link(temp, output)
+    except FileExistsError:
+        raise appeared from None
+    except OSError:  # a file system without hard links: check, then rename (the lock keeps `elmo embed` out)
+        if os.path.exists(output):
+            raise appeared from None
+        os.replace(temp, output)
+        return
+    _remove(temp)
 
 
 def run_embed(args: argparse.Namespace) -> int:
@@ -342,10 +648,26 @@ def run_embed(args: argparse.Namespace) -> int:
         raise CliError("no input: give a text file, or pipe text in (e.g. `echo 'Hello world .' | elmo embed`)")
     if not stdin and not os.path.isfile(args.input):
         raise CliError(f"input file {args.input} not found")
+    check_device_name(args.device)
 
-    if world == 1:
-        return _embed_single(args, output)
-    return _embed_distributed(args, output, rank, world, local_rank)
+    with _signals_unwind():
+        if world == 1:
+            return _embed_single(args, output)
+        return _embed_distributed(args, output, rank, world, local_rank)
+
+
+def _start_output(args, output: str) -> int | None:
+    """Lock ``output``, delete dead runs' partial files, and check again, under the lock, that it may be
+    written. Returns the lock for [`_unlock_output`]."""
+    lock = _lock_output(output)
+    try:
+        remove_stale_partials(output, locked=lock is not None)
+        if os.path.exists(output) and not args.overwrite:
+            raise CliError(f"{output} exists; pass --overwrite to replace it")
+    except BaseException:
+        _unlock_output(output, lock)
+        raise
+    return lock
 
 
 def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
@@ -381,6 +703,7 @@ def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
             progress=not args.no_progress and rank == 0,
             total=total,
             attrs=attrs,
+            label=args.output,
         )
     except UnicodeDecodeError as err:
         raise CliError(f"{args.input} is not UTF-8 text ({err}); convert it, e.g. with iconv") from err
@@ -390,13 +713,17 @@ def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
 
 
 def _embed_single(args, output: str) -> int:
-    temp = _temp_name(output, f"partial-{os.getpid()}")
+    lock = _start_output(args, output)
     try:
-        count = _embed_into(args, temp, 0, 1, 0)
-        os.replace(temp, output)
-    except BaseException:
-        _remove(temp)
-        raise
+        temp = _temp_name(output, f"embed-partial-{os.getpid()}")
+        try:
+            count = _embed_into(args, temp, 0, 1, 0)
+            _publish(temp, output, args.overwrite)
+        except BaseException:
+            _remove(temp)
+            raise
+    finally:
+        _unlock_output(output, lock)
     print(f"Wrote {count} sentences ({args.output_type}) to {output}", file=sys.stderr)
     return 0
 
@@ -414,9 +741,21 @@ def _embed_distributed(args, output: str, rank: int, world: int, local_rank: int
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return flag.item() == 0
 
-    parts = [_temp_name(output, f"part{r}-of-{world}") for r in range(world)]
+    parts = [_temp_name(output, f"embed-part{r}-of-{world}") for r in range(world)]
+    lock = None
+    writing = False  # until process 0 holds the lock, the part names may be another run's: leave them
     try:
         error: BaseException | None = None
+        if rank == 0:  # process 0 holds the output's lock for the whole run; nobody writes before it has it
+            try:
+                lock = _start_output(args, output)
+            except Exception as err:
+                error = err
+        if not all_ok(error is None):
+            if error is not None:
+                raise error
+            raise CliError(f"process 0 could not start writing {output} (see its message); process {rank} stopped")
+        writing = True
         try:
             _embed_into(args, parts[rank], rank, world, local_rank)
         except Exception as err:  # every process must reach the collective below
@@ -428,10 +767,10 @@ def _embed_distributed(args, output: str, rank: int, world: int, local_rank: int
             raise CliError(f"another process failed (see its message); process {rank} stopped too")
         merge_error: BaseException | None = None
         if rank == 0:
-            temp = _temp_name(output, f"merging-{os.getpid()}")
+            temp = _temp_name(output, f"embed-merging-{os.getpid()}")
             try:
-                count = _merge_parts(parts, temp)
-                os.replace(temp, output)
+                count = _merge_parts(parts, temp, label=output)
+                _publish(temp, output, args.overwrite)
                 for part in parts:
                     _remove(part)
                 print(
@@ -443,10 +782,17 @@ def _embed_distributed(args, output: str, rank: int, world: int, local_rank: int
         if not all_ok(merge_error is None):
             _remove(parts[rank])
             if merge_error is not None:
+                if isinstance(merge_error, CliError):
+                    raise merge_error
                 raise CliError(f"merging the part files into {output} failed: {merge_error}") from merge_error
             raise CliError("process 0 could not merge the part files (see its message)")
         return 0
+    except BaseException:
+        if writing:
+            _remove(parts[rank])
+        raise
     finally:
+        _unlock_output(output, lock)
         if started_here:
             dist.destroy_process_group()
 
@@ -603,7 +949,11 @@ Output (HDF5), dataset str(i) for sentence i (0-based), float32:
 plus a dataset "words": row i is sentence i's words joined by single spaces (.split() gives them back),
 and file attributes output_type, model, num_layers, dim, num_sentences, input_format.
 
-The file is written under a temporary name and renamed when complete: a failed run leaves no file.
+The file is written under a temporary name (.OUT.embed-partial-PID.tmp) and renamed when complete: a failed,
+interrupted (Ctrl-C) or terminated (SIGTERM) run leaves no file, and a run removes the partial files that killed
+runs (SIGKILL) left for the same output. A full disk stops the run at the first failed write. A run holds a lock
+on OUT (.OUT.embed.lock) until it ends: a second run to the same OUT is refused, with or without --overwrite, and
+without --overwrite a file that appears at OUT during the run is never replaced.
 Several processes: accelerate launch --multi_gpu --num_processes N -m modeling_elmo.commands.cli embed FILE -o OUT
 (also on CPU; or torchrun --nproc_per_node N -m modeling_elmo.commands.cli embed ...). Each process embeds every
 N-th sentence into a part file; process 0 merges them in input order and deletes the parts.""",
@@ -676,6 +1026,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Terminated:  # SIGTERM during `elmo embed`: its partial output is removed on the way out
+        print("terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
 
 
 if __name__ == "__main__":
