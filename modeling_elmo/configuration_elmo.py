@@ -55,7 +55,8 @@ SIZE_LIMITS: dict[str, int] = {
 }
 MAX_FILTERS = 64  # [width, count] pairs in char_cnn_filters (7 in the released models)
 MAX_FILTER_CHANNELS = 16384  # channels of one filter and of all together (2048 in all in the largest release)
-# Parameters the sizes may describe: 1e9 (4 GB in float32), 10x the largest released biLM with its LM softmax.
+# Parameters the sizes may describe: 1e9 (4 GB in float32), 10x the largest released biLM (93.6M); its training-time
+# LM softmax over the 793,471-word 1B Word Benchmark vocabulary (407M more) fits too.
 MAX_PARAMETERS = 1_000_000_000
 
 # Where each biLM field comes from in an original options.json (errors of `from_options` name the options key).
@@ -163,9 +164,11 @@ def _check_field_types(cls: type, kwargs: dict[str, Any]) -> None:
 def _check_size(name: str, value: Any, minimum: int) -> None:
     if not _matches(value, int):
         raise TypeError(f"{name} must be an int, got {_show(value)}")
-    limit = SIZE_LIMITS[name]
-    if not minimum <= value <= limit:
-        raise ValueError(f"{name} must be in [{minimum}, {limit}], got {_number(value)}")
+    if value < minimum:
+        kind = "a non-negative" if minimum == 0 else "a positive"
+        raise ValueError(f"{name} must be {kind} integer, got {_number(value)}")
+    if value > SIZE_LIMITS[name]:
+        raise ValueError(f"{name} must be at most {SIZE_LIMITS[name]}, got {_number(value)}")
 
 
 def _check_fraction(name: str, value: Any) -> None:
@@ -405,15 +408,16 @@ class ElmoConfig(PreTrainedConfig):
     def parameter_counts(self) -> dict[str, int]:
         """Parameters of the biLM and of the heads that this config describes, by the fields that drive them.
 
-        Exact for the biLM (``ElmoModel`` without its scalar mixes); for the heads, the parameters of the LM
-        softmax (if ``lm_vocab_size``) and of the tagger (its word embedding if ``tagger_word_input="embedding"``,
-        BiLSTM, classifier and CRF), counted whichever head is built.
+        The biLM (``ElmoModel`` without its scalar mixes, which hold ``n_layers + 2`` numbers each), the LM
+        softmax (if ``lm_vocab_size``) and the tagger (its word embedding if ``tagger_word_input="embedding"``,
+        BiLSTM, classifier and CRF), counted whichever head is built: the sum is an upper bound of any ELMo
+        model's parameters with this config, exact for each part (tests/test_configuration.py checks it).
         """
         cd, p, d, h = self.char_embedding_dim, self.projection_dim, self.lstm_dim, self.tagger_hidden_size
         channels = sum(count for _, count in self.char_cnn_filters)
         labels = self.num_labels
-        # The tagger's input: [x_k; ELMo_k], x_k being 2P (layer 0), an embedding or nothing.
-        word = {"bilm": 2 * p, "embedding": self.tagger_word_embedding_dim}.get(self.tagger_word_input, 0)
+        # The tagger's input: [x_k; ELMo_k], x_k being P (layer 0, one direction), an embedding or nothing.
+        word = {"bilm": p, "embedding": self.tagger_word_embedding_dim}.get(self.tagger_word_input, 0)
         tagger_in = word + (2 * p if self.tagger_elmo_input else 0)
         tagger_lstm = sum(
             2 * 4 * h * ((tagger_in if layer == 0 else 2 * h) + h + 2) for layer in range(self.tagger_num_layers)
@@ -433,7 +437,7 @@ class ElmoConfig(PreTrainedConfig):
                 else 0
             ),
             "tagger_hidden_size, tagger_num_layers": tagger_lstm,
-            "num_labels": tagger_out * labels + labels + labels * labels + 2 * labels,
+            "num_labels": tagger_out * labels + labels + ((labels + 2) * labels if self.use_crf else 0),
         }
 
     @property
@@ -488,10 +492,18 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: valid JSON, but no float holds it
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
 def _load_json(file, path: str) -> Any:
-    """Parse a JSON file strictly: ``NaN``/``Infinity`` refused, too deep a nesting refused, as ``ValueError``."""
+    """Parse a JSON file strictly: ``NaN``/``Infinity`` and numbers beyond float range (``1e400``) refused, too
+    deep a nesting refused, each as a ``ValueError`` naming the file."""
     try:
-        return json.load(file, parse_constant=_refuse_constant)
+        return json.load(file, parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError:
         raise ValueError(f"options file {path} nests too deeply to be an options file") from None
     except UnicodeDecodeError as err:
