@@ -91,10 +91,20 @@ def _show(value: Any) -> str:
     return f"{type(value).__name__} {_short_repr.repr(value)}"
 
 
-def _number(value: int) -> str:
-    """An int for an error message: itself, or its size if it is huge."""
+def _number(value: Any) -> str:
+    """A number for an error message: itself, or its size if it is a huge int."""
     shown = _show(value)
-    return shown.removeprefix("int ") if not shown.startswith("int of") else f"an {shown}"
+    if shown.startswith("int of"):
+        return f"an {shown}"
+    return shown.removeprefix("int ").removeprefix("float ")
+
+
+def _is_finite(value: float | int) -> bool:
+    """``math.isfinite``, false for an int beyond float range (10**400) instead of ``OverflowError``."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _default_filters() -> list[list[int]]:
@@ -173,8 +183,8 @@ def _check_size(name: str, value: Any, minimum: int) -> None:
 
 def _check_fraction(name: str, value: Any) -> None:
     """A dropout probability: finite, in [0, 1)."""
-    if not (math.isfinite(value) and 0.0 <= value < 1.0):
-        raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+    if not (_is_finite(value) and 0.0 <= value < 1.0):
+        raise ValueError(f"{name} must be in [0, 1), got {_number(value)}")
 
 
 def _plain_errors(cls: type) -> type:
@@ -357,13 +367,13 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(f"char_cnn_filters has {total} channels in all, more than {MAX_FILTER_CHANNELS}")
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
-            if value is not None and not (math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive finite number or None (no clipping), got {value!r}")
+            if value is not None and not (_is_finite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive finite number or None (no clipping), got {_number(value)}")
         _check_fraction("elmo_dropout", self.elmo_dropout)
-        if not (math.isfinite(self.scalar_mix_l2_coef) and self.scalar_mix_l2_coef >= 0):
+        if not (_is_finite(self.scalar_mix_l2_coef) and self.scalar_mix_l2_coef >= 0):
             raise ValueError(f"scalar_mix_l2_coef must be a finite number >= 0, got {self.scalar_mix_l2_coef!r}")
-        if not (math.isfinite(self.initializer_range) and self.initializer_range >= 0):
-            raise ValueError(f"initializer_range must be a finite number >= 0, got {self.initializer_range!r}")
+        if not (_is_finite(self.initializer_range) and self.initializer_range >= 0):
+            raise ValueError(f"initializer_range must be a finite number >= 0, got {_number(self.initializer_range)}")
 
     def validate_lm(self) -> None:
         """Check the language-model head's settings (``lm_*``); ``ValueError`` if wrong."""

@@ -21,7 +21,7 @@ from unittest import mock
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from modeling_elmo import (
@@ -294,6 +294,8 @@ def test_use_skip_connections_false_in_options_is_false():
         ("scalar_mix_l2_coef", math.inf),
         ("initializer_range", math.nan),
         ("cell_clip", 0),
+        ("cell_clip", 10**400),  # an int beyond float range (math.isfinite raised OverflowError)
+        ("elmo_dropout", 10**1000),
     ],
 )
 def test_numbers_must_be_finite_and_in_range(name, value):
@@ -428,6 +430,41 @@ HOSTILE_VALUES = st.one_of(
     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
 )
 CONFIG_FIELDS = sorted(configuration_elmo.ElmoConfig._elmo_field_types) + ["num_labels"]
+FIELD_TYPES = {**configuration_elmo.ElmoConfig._elmo_field_types, "num_labels": int}
+FIELD_OF_OPTION = {tuple(key.rsplit(".", 1))[-2:]: name for name, key in configuration_elmo.OPTIONS_KEYS.items()}
+FIELD_OF_OPTION[("embedding", "dim")] = "char_embedding_dim"
+
+
+def typed_values(name: str) -> st.SearchStrategy:
+    """Values of the field's own type, edge cases included (around its bound, zero, negative, non-finite)."""
+    if name == "char_cnn_filters":
+        pair = st.tuples(st.integers(-1, 60), st.sampled_from([1, 4, 16383, 16384, 16385]) | st.integers(-1, 9))
+        return st.lists(pair.map(list), min_size=0, max_size=66)
+    limit = SIZE_LIMITS.get(name, 64)
+    ints = st.integers(-2, 64) | st.sampled_from([limit - 1, limit, limit + 1, 10**9])
+    floats = st.floats(-1.0, 2.0) | st.sampled_from([0, 1, 3, math.inf, -math.inf, math.nan])
+    kinds = {"int": ints, "bool": st.booleans(), "float": floats, "NoneType": st.none()}
+    options = []
+    for kind in typing.get_args(FIELD_TYPES[name]) or (FIELD_TYPES[name],):
+        if typing.get_origin(kind) is typing.Literal:
+            options.append(st.sampled_from(typing.get_args(kind)))
+        elif getattr(kind, "__name__", "") in kinds:
+            options.append(kinds[kind.__name__])
+    if typing.get_origin(FIELD_TYPES[name]) is typing.Literal:
+        options.append(st.sampled_from(typing.get_args(FIELD_TYPES[name])))
+    return st.one_of(options)
+
+
+def changes_of(keys: list, field_of) -> st.SearchStrategy:
+    """Up to 3 changed keys, each to a hostile value or (as often) to a value of its own type."""
+
+    def value_of(key) -> st.SearchStrategy:
+        if field_of(key) is None:
+            return HOSTILE_VALUES
+        return st.booleans().flatmap(lambda hostile: HOSTILE_VALUES if hostile else typed_values(field_of(key)))
+
+    change = st.sampled_from(keys).flatmap(lambda key: st.tuples(st.just(key), value_of(key)))
+    return st.lists(change, min_size=1, max_size=3).map(dict)
 
 
 def _check_accepted(config: ElmoConfig) -> None:
@@ -448,7 +485,7 @@ UNDER_LIMIT = settings(suppress_health_check=[*settings().suppress_health_check,
 
 @UNDER_LIMIT
 @given(
-    changes=st.dictionaries(st.sampled_from(CONFIG_FIELDS), HOSTILE_VALUES, min_size=1, max_size=3),
+    changes=changes_of(CONFIG_FIELDS, lambda name: name),
     removed=st.lists(st.sampled_from(sorted(TINY)), max_size=2),
     extra=st.dictionaries(st.text("abcxyz_", min_size=1, max_size=6).map("x_".__add__), HOSTILE_VALUES, max_size=2),
 )
@@ -462,11 +499,13 @@ def test_property_config_json_fields(memory_limit, changes, removed, extra):
     try:
         config = ElmoConfig(**settings)
     except (TypeError, ValueError) as error:
+        event(f"refused: {type(error).__name__}")
         message = str(error)
         assert "\n" not in message and len(message) <= MAX_MESSAGE, message[:400]
         named = [*changes, *removed]
         assert any(name in message for name in named), f"{sorted(changes)} not named in: {message}"
         return
+    event("accepted")
     _check_accepted(config)
 
 
@@ -491,7 +530,7 @@ OPTION_KEYS = [
 
 @UNDER_LIMIT
 @given(
-    changes=st.dictionaries(st.sampled_from(OPTION_KEYS), HOSTILE_VALUES, min_size=1, max_size=3),
+    changes=changes_of(OPTION_KEYS, FIELD_OF_OPTION.get),
     removed=st.lists(st.sampled_from(OPTION_KEYS), max_size=2),
     extra=st.dictionaries(st.text("abcxyz_", min_size=1, max_size=6), HOSTILE_VALUES, max_size=2),
 )
@@ -512,11 +551,13 @@ def test_property_options_json_fields(memory_limit, tmp_path_factory, changes, r
     try:
         config = ElmoConfig.from_options(path)
     except (TypeError, ValueError) as error:
+        event(f"refused: {type(error).__name__}")
         message = str(error)
         assert "\n" not in message and len(message) <= MAX_MESSAGE + len(str(path)), message[:400]
         named = [key for _, key in [*changes, *removed]] + ["JSON number", "out of range", "filters"]
         assert any(name in message for name in named), f"{sorted(changes)} not named in: {message}"
         return
+    event("accepted")
     _check_accepted(config)
 
 
