@@ -362,7 +362,7 @@ def test_deeply_nested_json_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["infinity", "deep", "string boolean", "huge"])
-def test_converter_reports_one_error_line(tmp_path, capsys, case):
+def test_converter_reports_one_error_line(tmp_path, capsys, case, memory_limit):
     """The converter checks the options before touching the weights: a bad options file is one ``error:`` line."""
     options = tiny_options()
     text = {
