@@ -477,10 +477,8 @@ class ElmoConfig(PreTrainedConfig):
         JSON) and files nested too deeply to parse are ``ValueError``s. Nothing is allocated before the sizes
         are checked.
         """
-        where = "options"
         if not isinstance(options, dict):
             path = os.fspath(options)
-            where = f"options file {path}"
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"options file not found: {path}")
             with open(path, encoding="utf-8") as f:
@@ -495,7 +493,7 @@ class ElmoConfig(PreTrainedConfig):
             keys = {k: v for k, v in OPTIONS_KEYS.items() if k in settings}
             if keys:
                 message = re.sub(r"\b(" + "|".join(keys) + r")\b", lambda m: keys[m.group(1)], message)
-            raise type(error)(f"{where}: {message}") from None
+            raise type(error)(f"options.json: {message}") from None
 
 
 def _refuse_constant(name: str) -> Any:
