@@ -32,8 +32,8 @@ AutoModel.register(ElmoConfig, ElmoModel, exist_ok=True)
 AutoModelForPreTraining.register(ElmoConfig, ElmoForPreTraining, exist_ok=True)
 AutoModelForTokenClassification.register(ElmoConfig, ElmoForTokenClassification, exist_ok=True)
 AutoTokenizer.register(ElmoConfig, fast_tokenizer_class=ElmoTokenizer, exist_ok=True)
-# The tokenizer's save then writes its auto_map and copies its code for trust_remote_code (the config's save
-# does the same for the models: see hub_elmo.py).
+# The tokenizer's save then writes its auto_map and copies its code for trust_remote_code (the models' save
+# does the same, through ElmoPreTrainedModel.save_pretrained: see hub_elmo.py).
 ElmoTokenizer.register_for_auto_class("AutoTokenizer")
 # Registers the task "elmo-token-classification" (a tagger's saved config also names it for "token-classification").
 from .pipelines_elmo import ElmoTokenClassificationPipeline  # noqa: E402

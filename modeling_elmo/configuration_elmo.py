@@ -1,27 +1,221 @@
 """ELMo configuration: the biLM's sizes (everything an original ``options.json`` holds) and the
-settings of the task-specific scalar mixes."""
+settings of the task-specific scalar mixes.
 
-from __future__ import annotations
+The ground floor of the package: it imports nothing from the model, the tokenizer or the Hub helpers, and saving
+it writes ``config.json`` only (preparing a Hub folder is the model's ``save_pretrained``'s job, see
+``hub_elmo.py``). No ``from __future__ import annotations`` here: ``@strict`` checks the field types from the
+annotations, which must be types, not strings.
+"""
 
+import functools
 import json
+import math
 import os
-from dataclasses import field
-from typing import Any
+import re
+import reprlib
+from dataclasses import field, fields
+from typing import Any, Literal, Union, get_args, get_origin
 
+from huggingface_hub.dataclasses import strict
+from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
 
-from .hub_elmo import ELMO_AUTO_MAP
+# Where each Auto class finds its ELMo class, as "<file>.<Class>" (one dot: transformers' remote-code format).
+# AutoTokenizer takes a (slow, fast) pair; transformers 5 loads index 1 if set, else index 0, and itself writes
+# (name, None) for a tokenizer class whose name does not end in "Fast", so that form is used everywhere.
+ELMO_AUTO_MAP: dict[str, Any] = {
+    "AutoConfig": "configuration_elmo.ElmoConfig",
+    "AutoModel": "modeling_elmo.ElmoModel",
+    "AutoModelForPreTraining": "modeling_elmo_pretraining.ElmoForPreTraining",
+    "AutoModelForTokenClassification": "modeling_elmo_tagging.ElmoForTokenClassification",
+    "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
+}
 
-_ACTIVATIONS = ("relu", "tanh")
-_LAYER_NORM_MODES = (None, "batch", "token")
-_TAGGER_WORD_INPUTS = ("embedding", "bilm", None)
-_CRF_CONSTRAINTS = ("auto", "BIO", None)
+# Upper bounds of the sizes (issue #13): far above every released ELMo (the largest, 2x4096_512: lstm_dim 4096,
+# projection_dim 512, 2 layers, 2 highway layers, 7 filters of width <= 7 and 2048 channels in all, 16-dim
+# character embeddings, 50 characters per word, a 793,471-word LM vocabulary), far below what exhausts memory.
+# Each alone stays within MAX_PARAMETERS with the other sizes at the original's; together they are bounded by it.
+SIZE_LIMITS: dict[str, int] = {
+    "char_embedding_dim": 1024,
+    "max_characters_per_token": 1024,  # also the tokenizer's bound (tokenizer_config.json)
+    "n_highway": 32,
+    "lstm_dim": 32768,
+    "projection_dim": 8192,
+    "n_layers": 32,
+    "num_output_representations": 32,
+    "lm_vocab_size": 1 << 22,  # 4,194,304
+    "lm_num_samples": 1 << 22,
+    "lm_bos_vocab_id": 1 << 22,
+    "lm_eos_vocab_id": 1 << 22,
+    "tagger_word_vocab_size": 1 << 22,
+    "tagger_word_embedding_dim": 8192,
+    "tagger_hidden_size": 8192,
+    "tagger_num_layers": 32,
+    "num_labels": 4096,  # the CRF holds num_labels**2 transitions and computes (B, K, K) scores per word
+}
+MAX_FILTERS = 64  # [width, count] pairs in char_cnn_filters (7 in the released models)
+MAX_FILTER_CHANNELS = 16384  # channels of one filter and of all together (2048 in all in the largest release)
+# Parameters the sizes may describe: 1e9 (4 GB in float32), 10x the largest released biLM (93.6M); its training-time
+# LM softmax over the 793,471-word 1B Word Benchmark vocabulary (407M more) fits too.
+MAX_PARAMETERS = 1_000_000_000
+
+# Where each biLM field comes from in an original options.json (errors of `from_options` name the options key).
+OPTIONS_KEYS: dict[str, str] = {
+    "char_embedding_dim": "char_cnn.embedding.dim",
+    "char_cnn_filters": "char_cnn.filters",
+    "char_cnn_activation": "char_cnn.activation",
+    "n_highway": "char_cnn.n_highway",
+    "max_characters_per_token": "char_cnn.max_characters_per_token",
+    "n_characters": "char_cnn.n_characters",
+    "lstm_dim": "lstm.dim",
+    "projection_dim": "lstm.projection_dim",
+    "n_layers": "lstm.n_layers",
+    "cell_clip": "lstm.cell_clip",
+    "proj_clip": "lstm.proj_clip",
+    "use_skip_connections": "lstm.use_skip_connections",
+}
+
+# Values echoed in errors are cut short: a hostile file may hold a list of millions of numbers (issue #13 saw a
+# 39 MB error line).
+_short_repr = reprlib.Repr()
+_short_repr.maxlevel, _short_repr.maxlist, _short_repr.maxdict, _short_repr.maxtuple = 2, 4, 4, 4
+_short_repr.maxstring = _short_repr.maxother = 40
+_MAX_MESSAGE = 300
+
+
+def _show(value: Any) -> str:
+    """A short, safe description of ``value`` for an error message: its type and a truncated repr."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**18:
+        # repr of a huge int is slow (and refused beyond 4300 digits)
+        return f"int of {value.bit_length()} bits"
+    return f"{type(value).__name__} {_short_repr.repr(value)}"
+
+
+def _number(value: Any) -> str:
+    """A number for an error message: itself, or its size if it is a huge int."""
+    shown = _show(value)
+    if shown.startswith("int of"):
+        return f"an {shown}"
+    return shown.removeprefix("int ").removeprefix("float ")
+
+
+def _is_finite(value: float | int) -> bool:
+    """``math.isfinite``, false for an int beyond float range (10**400) instead of ``OverflowError``."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _default_filters() -> list[list[int]]:
     return [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 
 
+def _describe(annotation: Any) -> str:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin is Union or type(annotation).__name__ == "UnionType":
+        kinds = [_describe(a) for a in args if a is not int or float not in args]
+        return " or ".join(kinds)
+    return {int: "an int", float: "a finite number", bool: "a bool (true or false)", type(None): "null/None"}.get(
+        annotation, str(annotation)
+    )
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    """Whether ``value`` has the type ``annotation`` (strictly: a bool is not an int, an int is a float only where
+    the annotation says ``float | int``)."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return any(type(value) is type(a) and value == a for a in args)
+    if origin is Union or type(annotation).__name__ == "UnionType":
+        return any(_matches(value, a) for a in args)
+    if annotation is type(None) or annotation is None:
+        return value is None
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, float)
+    if annotation is bool:
+        return isinstance(value, bool)
+    return True  # containers: checked by their own validators
+
+
+def _normalise_filters(filters: Any) -> list[list[int]]:
+    """``char_cnn_filters`` as a list of ``[width, count]`` int lists; ``TypeError``/``ValueError`` naming the
+    entry. Lengths are checked before the entries, so a huge list is refused without walking it."""
+    name = "char_cnn_filters"
+    if not isinstance(filters, (list, tuple)):
+        raise TypeError(f"{name} must be a list of [width, count] pairs, got {_show(filters)}")
+    if not 1 <= len(filters) <= MAX_FILTERS:
+        raise ValueError(f"{name} must hold 1 to {MAX_FILTERS} [width, count] pairs, got {len(filters)}")
+    pairs = []
+    for i, pair in enumerate(filters):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2 or not all(_matches(v, int) for v in pair):
+            raise TypeError(f"{name}[{i}] must be a [width, count] pair of ints, got {_show(pair)}")
+        pairs.append([pair[0], pair[1]])
+    return pairs
+
+
+def _check_field_types(cls: type, kwargs: dict[str, Any]) -> None:
+    """Strict types of the ELMo fields in ``kwargs``, before ``@strict``'s own checks see them (whose messages
+    echo the whole value) and before the base class acts on ``num_labels``."""
+    annotations = cls._elmo_field_types
+    for name, value in kwargs.items():
+        if name == "char_cnn_filters":
+            kwargs[name] = _normalise_filters(value)
+        elif name in annotations and not _matches(value, annotations[name]):
+            raise TypeError(f"{name} must be {_describe(annotations[name])}, got {_show(value)}")
+    if "num_labels" in kwargs:  # the base class builds an id2label dict of that size
+        _check_size("num_labels", kwargs["num_labels"], minimum=1)
+
+
+def _check_size(name: str, value: Any, minimum: int) -> None:
+    if not _matches(value, int):
+        raise TypeError(f"{name} must be an int, got {_show(value)}")
+    if value < minimum:
+        kind = "a non-negative" if minimum == 0 else "a positive"
+        raise ValueError(f"{name} must be {kind} integer, got {_number(value)}")
+    if value > SIZE_LIMITS[name]:
+        raise ValueError(f"{name} must be at most {SIZE_LIMITS[name]}, got {_number(value)}")
+
+
+def _check_fraction(name: str, value: Any) -> None:
+    """A dropout probability: finite, in [0, 1)."""
+    if not (_is_finite(value) and 0.0 <= value < 1.0):
+        raise ValueError(f"{name} must be in [0, 1), got {_number(value)}")
+
+
+def _plain_errors(cls: type) -> type:
+    """Make building the config raise ``TypeError``/``ValueError`` with one short line naming the field.
+
+    ``@strict`` reports a wrong field as ``StrictDataclassFieldValidationError`` and a failed ``validate_*`` as
+    ``StrictDataclassClassValidationError``: neither is a ``ValueError``, both span two lines and echo the whole
+    value. Callers (``from_pretrained``, the converter) expect ``ValueError``/``TypeError``.
+    """
+    cls._elmo_field_types = {f.name: f.type for f in fields(cls) if f.name in cls.__dict__.get("__annotations__", {})}
+    strict_init = cls.__init__
+
+    @functools.wraps(strict_init)
+    def __init__(self, *args, **kwargs) -> None:
+        _check_field_types(cls, kwargs)
+        try:
+            strict_init(self, *args, **kwargs)
+        except StrictDataclassError as error:
+            cause = error.__cause__
+            kind = type(cause) if type(cause) in (ValueError, TypeError) else ValueError
+            message = str(cause if cause is not None else error).replace("\n", " ")
+            if len(message) > _MAX_MESSAGE:
+                message = message[: _MAX_MESSAGE - 3] + "..."
+            raise kind(message) from None
+
+    cls.__init__ = __init__
+    return cls
+
+
+@_plain_errors
+@strict
 class ElmoConfig(PreTrainedConfig):
     r"""Configuration of an ELMo biLM and its scalar mixes.
 
@@ -82,99 +276,110 @@ class ElmoConfig(PreTrainedConfig):
         lm_dropout: dropout on the biLM's top layer before the softmax (training only; 0.1 as the original).
         lm_bos_vocab_id, lm_eos_vocab_id: vocabulary ids of ``<S>`` and ``</S>``, the targets at the
             sentence edges (0 and 1: the first lines of a bilm-tf vocabulary file).
+
+    Validation follows transformers 5 (a ``@strict`` dataclass): every field has a type (``Literal`` where it takes
+    one of a few values), and the ``validate_*`` methods check ranges and cross-field rules when the config is built
+    and again before it is saved. Types are strict (``"false"`` is not a bool, ``true`` or ``2.0`` not an int),
+    numbers finite, and every size has an upper bound (`SIZE_LIMITS`, far above the released models) plus a bound
+    on the parameters the sizes describe (`MAX_PARAMETERS`), so that a hostile ``config.json`` or ``options.json``
+    is refused before anything is allocated. Building a config raises ``TypeError`` (wrong type) or ``ValueError``
+    (wrong value), one short line that names the field; assigning a wrong value to a field later raises
+    huggingface_hub's ``StrictDataclassFieldValidationError``.
     """
 
     model_type = "elmo"
     attribute_map = {"num_hidden_layers": "n_layers"}
-    # Saving copies this file (and the rest of the shipped code, see `save_pretrained`) for `trust_remote_code`.
-    _auto_class = "AutoConfig"
 
     char_embedding_dim: int = 16
-    char_cnn_filters: list = field(default_factory=_default_filters)
-    char_cnn_activation: str = "relu"
+    char_cnn_filters: list[list[int]] = field(default_factory=_default_filters)
+    char_cnn_activation: Literal["relu", "tanh"] = "relu"
     n_highway: int = 2
     max_characters_per_token: int = 50
     n_characters: int = 262
     lstm_dim: int = 4096
     projection_dim: int = 512
     n_layers: int = 2
-    cell_clip: float | None = 3.0
-    proj_clip: float | None = 3.0
+    cell_clip: float | int | None = 3.0
+    proj_clip: float | int | None = 3.0
     use_skip_connections: bool = True
     num_output_representations: int = 1
-    scalar_mix_layer_norm: str | None = None
-    elmo_dropout: float = 0.5
-    scalar_mix_l2_coef: float = 0.0
+    scalar_mix_layer_norm: Literal["batch", "token"] | None = None
+    elmo_dropout: float | int = 0.5
+    scalar_mix_l2_coef: float | int = 0.0
     stateful: bool = False
-    initializer_range: float = 0.05
+    initializer_range: float | int = 0.05
     # Tagging head (ElmoForTokenClassification).
     freeze_bilm: bool = True
-    tagger_word_input: str | None = "bilm"
+    tagger_word_input: Literal["embedding", "bilm"] | None = "bilm"
     tagger_word_vocab_size: int = 0
     tagger_word_embedding_dim: int = 100
     tagger_elmo_input: bool = True
     tagger_elmo_output: bool = False
     tagger_hidden_size: int = 200
     tagger_num_layers: int = 2
-    tagger_dropout: float = 0.5
+    tagger_dropout: float | int = 0.5
     use_crf: bool = True
-    crf_constraints: str | None = "auto"
+    crf_constraints: Literal["auto", "BIO"] | None = "auto"
     # Language-model head (ElmoForPreTraining).
     lm_vocab_size: int = 0
     lm_num_samples: int = 8192
-    lm_dropout: float = 0.1
+    lm_dropout: float | int = 0.1
     lm_bos_vocab_id: int = 0
     lm_eos_vocab_id: int = 1
 
     def __post_init__(self, **kwargs):
-        self.char_cnn_filters = [[int(w), int(n)] for w, n in _check_filters(self.char_cnn_filters)]
+        self.char_cnn_filters = _normalise_filters(self.char_cnn_filters)
         if self.n_characters == 261:  # training-time options count without the padding row
             self.n_characters = 262
-        self._validate()
         super().__post_init__(**kwargs)
         # Every config names all ELMo classes, so that any saved folder loads with every Auto class and
         # `trust_remote_code=True` (a head's save would otherwise only write its own entry).
         self.auto_map = {**ELMO_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
 
-    def _validate(self) -> None:
-        if self.char_cnn_activation not in _ACTIVATIONS:
-            raise ValueError(f"char_cnn_activation must be one of {_ACTIVATIONS}, got {self.char_cnn_activation!r}")
-        if self.scalar_mix_layer_norm not in _LAYER_NORM_MODES:
-            raise ValueError(
-                f"scalar_mix_layer_norm must be one of {_LAYER_NORM_MODES}, got {self.scalar_mix_layer_norm!r}"
-            )
+    # ------------------------------------------------------------------------------------------------------------
+    # Validation: `@strict` runs every `validate_*` method (in name order) after `__init__`, and `save_pretrained`
+    # runs them again. Types are already checked; these check values. Sizes first, then the total they describe.
+    # ------------------------------------------------------------------------------------------------------------
+
+    def validate_bilm(self) -> None:
+        """Check the biLM's sizes and settings (character CNN, highway, LSTMs, mixes); ``ValueError`` if wrong."""
         for name in ("char_embedding_dim", "lstm_dim", "projection_dim", "n_layers", "max_characters_per_token"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.n_highway, int) or self.n_highway < 0:
-            raise ValueError(f"n_highway must be a non-negative integer, got {self.n_highway!r}")
+            _check_size(name, getattr(self, name), minimum=1)
+        _check_size("n_highway", self.n_highway, minimum=0)
+        _check_size("num_output_representations", self.num_output_representations, minimum=0)
         if self.n_characters != 262:
-            raise ValueError(f"n_characters must be 261 or 262 (the ELMo character set), got {self.n_characters!r}")
-        widest = max(w for w, _ in self.char_cnn_filters)
-        if widest > self.max_characters_per_token:
             raise ValueError(
-                f"a filter of width {widest} is wider than max_characters_per_token={self.max_characters_per_token}"
+                f"n_characters must be 261 or 262 (the ELMo character set), got {_show(self.n_characters)}"
             )
+        total = 0
+        for i, (width, count) in enumerate(self.char_cnn_filters):
+            if not 1 <= width <= self.max_characters_per_token:
+                raise ValueError(
+                    f"char_cnn_filters[{i}] width must be in [1, max_characters_per_token="
+                    f"{self.max_characters_per_token}], got {_number(width)}"
+                )
+            if not 1 <= count <= MAX_FILTER_CHANNELS:
+                raise ValueError(
+                    f"char_cnn_filters[{i}] count must be in [1, {MAX_FILTER_CHANNELS}], got {_number(count)}"
+                )
+            total += count
+        if total > MAX_FILTER_CHANNELS:
+            raise ValueError(f"char_cnn_filters has {total} channels in all, more than {MAX_FILTER_CHANNELS}")
         for name in ("cell_clip", "proj_clip"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be positive or None (no clipping), got {value!r}")
-        if self.num_output_representations < 0:
-            raise ValueError("num_output_representations must be >= 0")
-        if not 0.0 <= self.elmo_dropout < 1.0:
-            raise ValueError(f"elmo_dropout must be in [0, 1), got {self.elmo_dropout!r}")
-        self.validate_tagger()
-        self.validate_lm()
+            if value is not None and not (_is_finite(value) and value > 0):
+                raise ValueError(f"{name} must be a positive finite number or None (no clipping), got {_number(value)}")
+        _check_fraction("elmo_dropout", self.elmo_dropout)
+        if not (_is_finite(self.scalar_mix_l2_coef) and self.scalar_mix_l2_coef >= 0):
+            raise ValueError(f"scalar_mix_l2_coef must be a finite number >= 0, got {self.scalar_mix_l2_coef!r}")
+        if not (_is_finite(self.initializer_range) and self.initializer_range >= 0):
+            raise ValueError(f"initializer_range must be a finite number >= 0, got {_number(self.initializer_range)}")
 
     def validate_lm(self) -> None:
         """Check the language-model head's settings (``lm_*``); ``ValueError`` if wrong."""
         for name in ("lm_vocab_size", "lm_num_samples", "lm_bos_vocab_id", "lm_eos_vocab_id"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-        if not 0.0 <= self.lm_dropout < 1.0:
-            raise ValueError(f"lm_dropout must be in [0, 1), got {self.lm_dropout!r}")
+            _check_size(name, getattr(self, name), minimum=0)
+        _check_fraction("lm_dropout", self.lm_dropout)
         if self.lm_vocab_size and max(self.lm_bos_vocab_id, self.lm_eos_vocab_id) >= self.lm_vocab_size:
             raise ValueError(
                 f"lm_bos_vocab_id ({self.lm_bos_vocab_id}) and lm_eos_vocab_id ({self.lm_eos_vocab_id}) must be ids "
@@ -182,43 +387,68 @@ class ElmoConfig(PreTrainedConfig):
             )
 
     def validate_tagger(self) -> None:
-        """Check the tagging-head settings (``tagger_*``, ``use_crf``, ``crf_constraints``); ``ValueError`` if wrong."""
-        if self.tagger_word_input not in _TAGGER_WORD_INPUTS:
-            raise ValueError(f"tagger_word_input must be one of {_TAGGER_WORD_INPUTS}, got {self.tagger_word_input!r}")
-        if self.crf_constraints not in _CRF_CONSTRAINTS:
-            raise ValueError(f"crf_constraints must be one of {_CRF_CONSTRAINTS}, got {self.crf_constraints!r}")
+        """Check the tagging-head settings (``tagger_*``, ``use_crf``, ``crf_constraints``, the number of labels);
+        ``ValueError`` if wrong."""
         for name in ("tagger_word_vocab_size", "tagger_num_layers"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+            _check_size(name, getattr(self, name), minimum=0)
         for name in ("tagger_word_embedding_dim", "tagger_hidden_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+            _check_size(name, getattr(self, name), minimum=1)
+        _check_size("num_labels", self.num_labels, minimum=1)
         if self.tagger_word_input == "embedding" and self.tagger_word_vocab_size < 1:
             raise ValueError("tagger_word_input='embedding' needs tagger_word_vocab_size >= 1 (len(tokenizer))")
         if self.tagger_word_input is None and not self.tagger_elmo_input:
             raise ValueError("the tagger has no input: set tagger_word_input or tagger_elmo_input=True")
         if self.tagger_elmo_output and self.tagger_num_layers == 0:
             raise ValueError("tagger_elmo_output needs a task BiLSTM (tagger_num_layers >= 1)")
-        if not 0.0 <= self.tagger_dropout < 1.0:
-            raise ValueError(f"tagger_dropout must be in [0, 1), got {self.tagger_dropout!r}")
-        if self.scalar_mix_l2_coef < 0:
-            raise ValueError(f"scalar_mix_l2_coef must be >= 0, got {self.scalar_mix_l2_coef!r}")
+        _check_fraction("tagger_dropout", self.tagger_dropout)
 
-    def save_pretrained(self, save_directory: str | os.PathLike, push_to_hub: bool = False, **kwargs) -> None:
-        """As ``PreTrainedConfig.save_pretrained``, and make ``save_directory`` Hub-ready.
+    def validate_total_size(self) -> None:
+        """Refuse sizes that together describe more than `MAX_PARAMETERS` parameters, naming the fields that
+        contribute most (see [`parameter_counts`])."""
+        counts = self.parameter_counts()
+        total = sum(counts.values())
+        if total > MAX_PARAMETERS:
+            largest = sorted(counts.items(), key=lambda item: -item[1])[:2]
+            parts = "; ".join(f"{fields_}: {count:.3g}" for fields_, count in largest)
+            raise ValueError(
+                f"the config describes {total:.3g} parameters, more than {MAX_PARAMETERS:.0e} "
+                f"({4 * MAX_PARAMETERS / 1e9:.0f} GB in float32); most from {parts}"
+            )
 
-        Copies the shipped code files (configuration, models, heads, tokenizer, pipeline) next to
-        ``config.json``, completes ``auto_map`` (and ``custom_pipelines`` for a token classifier), and writes a
-        model card ``README.md`` unless the folder has a README that is not a generated card. Every model's
-        ``save_pretrained`` calls this.
+    def parameter_counts(self) -> dict[str, int]:
+        """Parameters of the biLM and of the heads that this config describes, by the fields that drive them.
+
+        The biLM (``ElmoModel`` without its scalar mixes, which hold ``n_layers + 2`` numbers each), the LM
+        softmax (if ``lm_vocab_size``) and the tagger (its word embedding if ``tagger_word_input="embedding"``,
+        BiLSTM, classifier and CRF), counted whichever head is built: the sum is an upper bound of any ELMo
+        model's parameters with this config, exact for each part (tests/test_configuration.py checks it).
         """
-        if not os.path.isfile(save_directory):  # a file: the base class reports the error
-            from .hub_elmo import prepare_hub_folder
-
-            prepare_hub_folder(self, save_directory)
-        super().save_pretrained(save_directory, push_to_hub=push_to_hub, **kwargs)
+        cd, p, d, h = self.char_embedding_dim, self.projection_dim, self.lstm_dim, self.tagger_hidden_size
+        channels = sum(count for _, count in self.char_cnn_filters)
+        labels = self.num_labels
+        # The tagger's input: [x_k; ELMo_k], x_k being P (layer 0, one direction), an embedding or nothing.
+        word = {"bilm": p, "embedding": self.tagger_word_embedding_dim}.get(self.tagger_word_input, 0)
+        tagger_in = word + (2 * p if self.tagger_elmo_input else 0)
+        tagger_lstm = sum(
+            2 * 4 * h * ((tagger_in if layer == 0 else 2 * h) + h + 2) for layer in range(self.tagger_num_layers)
+        )
+        tagger_out = (2 * h + (2 * p if self.tagger_elmo_output else 0)) if self.tagger_num_layers else tagger_in
+        return {
+            "char_embedding_dim, char_cnn_filters": self.n_characters * cd
+            + sum(count * (cd * width + 1) for width, count in self.char_cnn_filters),
+            "char_cnn_filters, n_highway": self.n_highway * 2 * (channels * channels + channels),
+            "char_cnn_filters, projection_dim": channels * p + p,
+            # Per layer and direction: input and state kernels (P x 4D each), bias 4D, projection D x P.
+            "lstm_dim, projection_dim, n_layers": self.n_layers * 2 * (2 * p * 4 * d + 4 * d + d * p),
+            "lm_vocab_size, projection_dim": self.lm_vocab_size * (p + 1),
+            "tagger_word_vocab_size, tagger_word_embedding_dim": (
+                self.tagger_word_vocab_size * self.tagger_word_embedding_dim
+                if self.tagger_word_input == "embedding"
+                else 0
+            ),
+            "tagger_hidden_size, tagger_num_layers": tagger_lstm,
+            "num_labels": tagger_out * labels + labels + ((labels + 2) * labels if self.use_crf else 0),
+        }
 
     @property
     def hidden_size(self) -> int:
@@ -231,44 +461,84 @@ class ElmoConfig(PreTrainedConfig):
         return sum(n for _, n in self.char_cnn_filters)
 
     @classmethod
-    def from_options(cls, options: str | os.PathLike | dict[str, Any], **kwargs) -> ElmoConfig:
+    def _dict_from_json_file(cls, json_file: str | os.PathLike) -> dict[str, Any]:
+        """``config.json`` as a dict; ``ValueError`` naming the file if it nests too deeply to parse."""
+        try:
+            return super()._dict_from_json_file(json_file)
+        except RecursionError:
+            raise ValueError(f"{os.fspath(json_file)} nests too deeply to be a config") from None
+
+    @classmethod
+    def from_options(cls, options: str | os.PathLike | dict[str, Any], **kwargs) -> "ElmoConfig":
         """Build a config from an original ``options.json`` (a path or the parsed dict).
 
-        ``kwargs`` override or add settings (e.g. ``num_output_representations=2``).
+        ``kwargs`` override or add settings (e.g. ``num_output_representations=2``). A wrong type or value is a
+        ``TypeError``/``ValueError`` that names the options key (e.g. ``lstm.dim``); ``NaN``/``Infinity`` (not
+        JSON) and files nested too deeply to parse are ``ValueError``s. Nothing is allocated before the sizes
+        are checked.
         """
         if not isinstance(options, dict):
             path = os.fspath(options)
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"options file not found: {path}")
             with open(path, encoding="utf-8") as f:
-                try:
-                    options = json.load(f)
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"options file {path} is not valid JSON: {err}") from err
-        return cls(**options_to_config_kwargs(options), **kwargs)
+                options = _load_json(f, path)
+        settings = options_to_config_kwargs(options)
+        settings = {k: v for k, v in settings.items() if k not in kwargs}
+        try:
+            return cls(**settings, **kwargs)
+        except (TypeError, ValueError) as error:
+            message = str(error)
+            # Name the options key that the faulty field came from.
+            keys = {k: v for k, v in OPTIONS_KEYS.items() if k in settings}
+            if keys:
+                message = re.sub(r"\b(" + "|".join(keys) + r")\b", lambda m: keys[m.group(1)], message)
+            raise type(error)(f"options.json: {message}") from None
 
 
-def _check_filters(filters: Any) -> list:
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400: valid JSON, but no float holds it
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+def _load_json(file, path: str) -> Any:
+    """Parse a JSON file strictly: ``NaN``/``Infinity`` and numbers beyond float range (``1e400``) refused, too
+    deep a nesting refused, each as a ``ValueError`` naming the file."""
     try:
-        pairs = [tuple(pair) for pair in filters]
-    except TypeError:
-        pairs = None
-    if not pairs or any(len(p) != 2 or any(isinstance(v, bool) or int(v) != v or v < 1 for v in p) for p in pairs):
-        raise ValueError(f"char_cnn_filters must be a non-empty list of [width, count] positive pairs, got {filters!r}")
-    return pairs
+        return json.load(file, parse_constant=_refuse_constant, parse_float=_finite_float)
+    except RecursionError:
+        raise ValueError(f"options file {path} nests too deeply to be an options file") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"options file {path} is not UTF-8 text: {err.reason}") from None
+    except ValueError as err:  # json.JSONDecodeError, a refused constant, an int of too many digits
+        raise ValueError(f"options file {path} is not valid JSON: {str(err)[:200]}") from None
 
 
 def options_to_config_kwargs(options: dict[str, Any]) -> dict[str, Any]:
-    """Map an original ``options.json`` dict to [`ElmoConfig`] arguments; name what is missing."""
+    """Map an original ``options.json`` dict to [`ElmoConfig`] arguments; name what is missing.
 
-    def need(section: dict, key: str, where: str):
-        if not isinstance(section, dict) or key not in section:
+    Values are passed on as they are (no ``bool()``/``int()`` coercion): [`ElmoConfig`] checks their types.
+    """
+
+    def need(section: Any, key: str, where: str) -> Any:
+        if not isinstance(section, dict):
+            raise TypeError(
+                f"options.json {where.rstrip('.') or 'top level'} must be a JSON object, got {_show(section)}"
+            )
+        if key not in section:
             raise ValueError(f"options.json is missing required key {where}{key}")
         return section[key]
 
     lstm = need(options, "lstm", "")
     cnn = need(options, "char_cnn", "")
     embedding = need(cnn, "embedding", "char_cnn.")
+    need(lstm, "dim", "lstm.")  # lstm must be an object: checked before the optional keys are read
     return {
         "char_embedding_dim": need(embedding, "dim", "char_cnn.embedding."),
         "char_cnn_filters": need(cnn, "filters", "char_cnn."),
@@ -281,8 +551,8 @@ def options_to_config_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         "n_layers": need(lstm, "n_layers", "lstm."),
         "cell_clip": lstm.get("cell_clip"),
         "proj_clip": lstm.get("proj_clip"),
-        "use_skip_connections": bool(lstm.get("use_skip_connections", False)),
+        "use_skip_connections": lstm.get("use_skip_connections", False),
     }
 
 
-__all__ = ["ElmoConfig", "options_to_config_kwargs"]
+__all__ = ["ELMO_AUTO_MAP", "MAX_PARAMETERS", "SIZE_LIMITS", "ElmoConfig", "options_to_config_kwargs"]

@@ -1,12 +1,14 @@
 """Hub-ready folders: the code files that travel with a saved ELMo and the config entries that point at them.
 
-Every ``save_pretrained`` of an ELMo model (or of its config) goes through [`prepare_hub_folder`]: it copies the
-shipped modules next to ``config.json``, completes ``auto_map`` (and ``custom_pipelines`` for a tagger), and writes
-a model card unless the folder already has a README of the user's. Someone without this package can then load the
-folder (or its Hub copy) with ``trust_remote_code=True``.
+Every ``save_pretrained`` of an ELMo model ends with [`prepare_hub_folder`] (see
+``ElmoPreTrainedModel.save_pretrained``): it copies the shipped modules next to ``config.json``, completes
+``auto_map`` (and ``custom_pipelines`` for a tagger), and writes a model card unless the folder already has a README
+of the user's. Someone without this package can then load the folder (or its Hub copy) with
+``trust_remote_code=True``. The config itself only writes ``config.json``; ``ELMO_AUTO_MAP`` lives with it
+(``configuration_elmo.py``, the ground floor), and is re-exported here.
 
-This module travels with the model itself (the config imports it when saving), so it imports nothing beyond the
-standard library and transformers.
+This module travels with the model itself (the model imports it when saving), so it imports nothing beyond the
+standard library, transformers and the configuration.
 """
 
 from __future__ import annotations
@@ -17,18 +19,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-logger = logging.getLogger(__name__)
+from .configuration_elmo import ELMO_AUTO_MAP
 
-# Where each Auto class finds its ELMo class, as "<file>.<Class>" (one dot: transformers' remote-code format).
-# AutoTokenizer takes a (slow, fast) pair; transformers 5 loads index 1 if set, else index 0, and itself writes
-# (name, None) for a tokenizer class whose name does not end in "Fast", so that form is used everywhere.
-ELMO_AUTO_MAP: dict[str, Any] = {
-    "AutoConfig": "configuration_elmo.ElmoConfig",
-    "AutoModel": "modeling_elmo.ElmoModel",
-    "AutoModelForPreTraining": "modeling_elmo_pretraining.ElmoForPreTraining",
-    "AutoModelForTokenClassification": "modeling_elmo_tagging.ElmoForTokenClassification",
-    "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
-}
+logger = logging.getLogger(__name__)
 
 # The token-classification pipeline that a tagger's config names: `pipeline("token-classification", model=...,
 # trust_remote_code=True)` then runs it instead of the built-in one (which fails on 3-D character ids).
@@ -150,7 +143,9 @@ def is_tagger(config: Any) -> bool:
 
 
 def prepare_hub_folder(config: Any, save_directory: str | os.PathLike) -> None:
-    """Make ``save_directory`` Hub-ready before ``config`` is written there (see the module docstring)."""
+    """Make ``save_directory`` Hub-ready (see the module docstring): copy the shipped code, complete
+    ``config.auto_map`` and, for a tagger, ``config.custom_pipelines``, and write the model card. The caller writes
+    ``config.json`` afterwards (``config`` is changed here)."""
     from .model_card import write_model_card
 
     origin = getattr(config, "_name_or_path", None) or None

@@ -6,8 +6,8 @@ The metadata is built with ``huggingface_hub``'s ``ModelCardData`` and ``EvalRes
 so the Hub shows the metrics and links the datasets and the base model. A README that this module did not write
 is the user's and is never replaced.
 
-Travels with the model (``save_pretrained`` uses it): the standard library and ``huggingface_hub`` (a dependency of
-transformers) only.
+Travels with the model (the model's ``save_pretrained`` uses it): the standard library and ``huggingface_hub`` (a
+dependency of transformers) only.
 """
 
 from __future__ import annotations

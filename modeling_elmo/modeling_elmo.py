@@ -780,6 +780,34 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """Replace the character embedding of the biLM's character encoder (see [`ElmoModel.set_input_embeddings`])."""
         self.base_model.set_input_embeddings(value)
 
+    def save_pretrained(
+        self,
+        save_directory: str | os.PathLike,
+        is_main_process: bool = True,
+        state_dict: dict | None = None,
+        push_to_hub: bool = False,
+        **kwargs,
+    ) -> None:
+        """As ``PreTrainedModel.save_pretrained``, then make ``save_directory`` Hub-ready.
+
+        Copies the shipped code files next to the weights, completes ``auto_map`` (and ``custom_pipelines`` for a
+        token classifier) and writes ``config.json`` again with them, and writes a model card ``README.md`` unless
+        the folder has a README that is not a generated card (``hub_elmo.prepare_hub_folder``). With
+        ``push_to_hub=True`` the complete folder is uploaded (through ``push_to_hub``, with ``repo_id``,
+        ``commit_message``, ``private``, ``create_pr`` and ``token`` from ``kwargs``).
+        """
+        from .hub_elmo import prepare_hub_folder
+
+        hub = {key: kwargs.pop(key) for key in ("repo_id", "commit_message", "private", "create_pr") if key in kwargs}
+        super().save_pretrained(save_directory, is_main_process=is_main_process, state_dict=state_dict, **kwargs)
+        if not self.should_save_on_this_rank(is_main_process) or os.path.isfile(save_directory):
+            return
+        prepare_hub_folder(self.config, save_directory)
+        self.config.save_pretrained(save_directory)  # again, with the auto_map and pipeline entries
+        if push_to_hub:
+            repo_id = hub.pop("repo_id", os.path.basename(os.path.normpath(os.fspath(save_directory))))
+            self.push_to_hub(repo_id, token=kwargs.get("token"), **hub)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         if isinstance(module, ElmoScalarMix):

@@ -31,6 +31,7 @@ from .characters import (
     PADDING_CHAR,
     word_to_char_ids,
 )
+from .configuration_elmo import SIZE_LIMITS
 
 logger = logging.get_logger(__name__)
 
@@ -184,6 +185,9 @@ def _check_max_chars(value: Any) -> int:
         raise TypeError(f"max_characters_per_token must be an int, got {_type_name(value)}")
     if value < 3:
         raise ValueError(f"max_characters_per_token must be at least 3 (two word marks and one byte), got {value}")
+    limit = SIZE_LIMITS["max_characters_per_token"]  # the config's bound: every word is that many ids
+    if value > limit:
+        raise ValueError(f"max_characters_per_token must be at most {limit}, got {value}")
     return int(value)
 
 
