@@ -191,6 +191,41 @@ def build_model_card(
     return text
 
 
+def hub_model_id(name: str | os.PathLike | None) -> str | None:
+    """``name`` when it is a Hub model id (``owner/name``, not a local path), else ``None``: a card's ``base_model``
+    must name a Hub repository, never a folder of this machine."""
+    if name is None or os.path.exists(name):
+        return None
+    name = os.fspath(name)
+    return name if name.count("/") == 1 and not name.startswith((".", "/")) else None
+
+
+def metric_results(
+    task_type: str, task_name: str, eval_files: Sequence[str | os.PathLike], metrics: Sequence[tuple[str, str, float]]
+) -> list[EvalResult]:
+    """``model-index`` entries for metrics measured on local evaluation files.
+
+    Args:
+        task_type: the Hub task, e.g. ``"token-classification"``.
+        task_name: its readable name.
+        eval_files: the evaluation files; their names stand for the dataset.
+        metrics: ``(metric_type, metric_name, value)`` triples, e.g. ``("f1", "Entity F1 (seqeval)", 91.2)``.
+    """
+    dataset = ", ".join(Path(f).name for f in eval_files)
+    return [
+        EvalResult(
+            task_type=task_type,
+            task_name=task_name,
+            dataset_type=dataset,
+            dataset_name=dataset,
+            metric_type=metric_type,
+            metric_name=name,
+            metric_value=round(float(value), 2),
+        )
+        for metric_type, name, value in metrics
+    ]
+
+
 def is_generated_card(path: str | os.PathLike) -> bool:
     """Whether the README at ``path`` was written by this module (and not edited since in its marker line)."""
     try:
@@ -250,4 +285,12 @@ def _how_made_of(text: str) -> str | None:
     return paragraph or None
 
 
-__all__ = ["GENERATED_MARKER", "bilm_parameter_count", "build_model_card", "is_generated_card", "write_model_card"]
+__all__ = [
+    "GENERATED_MARKER",
+    "bilm_parameter_count",
+    "build_model_card",
+    "hub_model_id",
+    "is_generated_card",
+    "metric_results",
+    "write_model_card",
+]

@@ -16,6 +16,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from huggingface_hub import ModelCard
 
 from modeling_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from modeling_elmo.modeling_elmo_pretraining import shift_labels
@@ -290,6 +291,8 @@ def test_command_end_to_end(corpus, tmp_path, capsys):
     card = open(os.path.join(out, "README.md"), encoding="utf-8").read()
     assert "trained from scratch with `python -m modeling_elmo.training.train_lm`" in card and "12 steps" in card
     assert f"mean {results['eval_perplexity']:.1f}" in card and "| labels |" not in card
+    index = {r.metric_name: r.metric_value for r in ModelCard.load(os.path.join(out, "README.md")).data.eval_results}
+    assert index["Perplexity (mean of both directions)"] == pytest.approx(results["eval_perplexity"], abs=0.01)
 
     # The folder is a usable biLM with its vocabulary (bilm-tf order: specials first, then by frequency).
     tokenizer = ElmoTokenizer.from_pretrained(out)

@@ -7,6 +7,7 @@ import random
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from transformers import (
     AutoModelForTokenClassification,
     AutoTokenizer,
@@ -356,6 +357,8 @@ def test_command_end_to_end(tmp_path, capsys):
     assert (out / "checkpoint-12").is_dir()
     card = (out / "README.md").read_text(encoding="utf-8")
     assert "frozen biLM" in card and f"{100 * metrics['eval_f1']:.2f}" in card and "| labels |" in card
+    index = {r.metric_type: r.metric_value for r in ModelCard.load(out / "README.md").data.eval_results}
+    assert index["f1"] == pytest.approx(100 * metrics["eval_f1"], abs=0.01)  # the measured F1 in the model-index
 
     model = AutoModelForTokenClassification.from_pretrained(out)
     assert set(model.config.id2label.values()) == set(LABELS)  # IOB1 data, BIO model

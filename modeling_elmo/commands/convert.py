@@ -347,7 +347,12 @@ def convert(
             except SafetensorError as err:  # safetensors reports a full disk (EFBIG, ENOSPC) as its own error
                 raise OSError(f"writing model.safetensors failed: {err}") from err
             tokenizer.save_pretrained(new)
-            write_model_card(new, model.config, how_made=_provenance(options_file, weight_file, vocab_file))
+            write_model_card(
+                new,
+                model.config,
+                how_made=_provenance(options_file, weight_file, vocab_file),
+                license="apache-2.0",  # AllenNLP's released ELMo models
+            )
             _install(new, output_dir, staging)
         finally:  # the staging folder now holds the partial new folder, or the old output_dir
             shutil.rmtree(staging, ignore_errors=True)

@@ -27,7 +27,7 @@ from transformers import Trainer, TrainingArguments, set_seed
 from transformers.trainer_utils import EvalLoopOutput, get_last_checkpoint
 
 from ..configuration_elmo import ElmoConfig
-from ..model_card import write_model_card
+from ..model_card import hub_model_id, metric_results, write_model_card
 from ..modeling_elmo_pretraining import ElmoForPreTraining
 from ..tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
 from .checkpoints import checkpoint_problem, newest_complete_checkpoint
@@ -535,7 +535,23 @@ def _main(argv: Sequence[str] | None) -> int:
                 )
             )
     if train_set is not None and trainer.is_world_process_zero():
-        write_model_card(args.output_dir, trainer.model.config, how_made=_how_made(args, trainer, len(vocab), metrics))
+        scores = [
+            ("perplexity", "Perplexity (mean of both directions)", "eval_perplexity"),
+            ("perplexity", "Perplexity (forward LM)", "eval_forward_perplexity"),
+            ("perplexity", "Perplexity (backward LM)", "eval_backward_perplexity"),
+        ]
+        measured = [(kind, name, metrics[key]) for kind, name, key in scores if metrics and key in metrics]
+        write_model_card(
+            args.output_dir,
+            trainer.model.config,
+            how_made=_how_made(args, trainer, len(vocab), metrics),
+            eval_results=metric_results(
+                "text-generation", "Language modeling (forward and backward)", args.eval_file, measured
+            )
+            if args.eval_file and measured
+            else None,
+            base_model=hub_model_id(args.model_name_or_path),
+        )
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         # Every process waits for the last writes, then leaves together: a gloo process that exits with its
         # process group alive can abort at interpreter shutdown ("terminate called without an active exception").

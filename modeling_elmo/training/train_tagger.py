@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from ..model_card import write_model_card
+from ..model_card import hub_model_id, metric_results, write_model_card
 from .checkpoints import checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
 
@@ -470,7 +470,21 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         metrics.update(eval_seconds=round(eval_seconds, 2), eval_words_per_second=round(eval_words / eval_seconds, 1))
     trainer.save_model(args.output_dir)  # the model, its config (labels) and the tokenizer
     if trainer.is_world_process_zero():
-        write_model_card(args.output_dir, trainer.model.config, how_made=_how_made(args, metrics))
+        scores = [
+            ("f1", "Entity F1 (seqeval)", "eval_f1"),
+            ("precision", "Entity precision (seqeval)", "eval_precision"),
+            ("recall", "Entity recall (seqeval)", "eval_recall"),
+        ]
+        measured = [(kind, name, 100 * metrics[key]) for kind, name, key in scores if key in metrics]
+        write_model_card(
+            args.output_dir,
+            trainer.model.config,
+            how_made=_how_made(args, metrics),
+            eval_results=metric_results("token-classification", "Sequence tagging", [args.eval_file], measured)
+            if args.eval_file and measured
+            else None,
+            base_model=None if args.no_elmo else hub_model_id(args.bilm),
+        )
     trainer.save_metrics("all", metrics)
     print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, (list, dict))}, indent=1), flush=True)
     return metrics
