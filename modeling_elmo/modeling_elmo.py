@@ -679,7 +679,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
         - Biases and weights of the biLM (``char_cnn.*``, ``bilm.*``) whose shape differs from the
           config's, or that the checkpoint lacks or has in excess (e.g. another ``n_layers``), raise
           ``ValueError`` listing them, unless ``ignore_mismatched_sizes=True`` (then transformers
-          re-initialises the mismatched ones). New heads and extra scalar mixes may still be missing.
+          re-initialises the mismatched ones). New heads and extra scalar mixes may still be missing. This is a
+          deliberate departure from transformers, which would initialise a missing biLM with a warning: a
+          random biLM gives plausible-looking, meaningless vectors (the common test that expects it is skipped,
+          saying so). ``from_pretrained(None, config=..., state_dict=...)`` initialises what the given state
+          lacks, as transformers does.
         - Clear errors for a wrong source (``OSError``): a folder without ``config.json`` (unless ``config`` is
           given), a path that does not exist and is no Hub id, and a Hub id while the Hub cannot be reached and
           the model is not cached (found out with one short request, not minutes of retries: see

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from modeling_elmo import ElmoModel, ElmoTokenizer
 from modeling_elmo.commands import cli
 
 REPO = Path(__file__).resolve().parent.parent
@@ -31,28 +31,6 @@ LINES = [
     "He went to the bank (the one by the river) yesterday.",
     "Short one.",
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
-    """A tiny random ELMo model folder (weights + tokenizer)."""
-    torch.manual_seed(0)
-    config = ElmoConfig(
-        char_embedding_dim=4,
-        char_cnn_filters=[[1, 4], [2, 8], [3, 8]],
-        n_highway=1,
-        lstm_dim=16,
-        projection_dim=8,
-        n_layers=2,
-    )
-    model = ElmoModel(config)
-    with torch.no_grad():  # non-zero mix weights, so that "elmo" is not simply the mean of the layers
-        model.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([0.5, -1.0, 1.0]))
-        model.scalar_mixes[0].gamma.fill_(1.5)
-    out = tmp_path_factory.mktemp("cli") / "tiny"
-    model.save_pretrained(out)
-    ElmoTokenizer().save_pretrained(out)
-    return out
 
 
 @pytest.fixture

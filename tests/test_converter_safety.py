@@ -544,7 +544,7 @@ def test_full_disk_while_writing_gives_one_error_line(small, tmp_path: Path, lim
 
 @pytest.mark.parametrize(
     "filters, field",
-    [("[[1, 4], [2, Infinity]]", "filters"), ("[[1, 4], [2, 1e400]]", "filters"), (None, "nested too deeply")],
+    [("[[1, 4], [2, Infinity]]", "filters"), ("[[1, 4], [2, 1e400]]", "filters"), (None, "nests too deeply")],
     ids=["Infinity", "1e400", "100k-deep"],
 )
 def test_bad_values_in_options_give_one_error_line(small, tmp_path: Path, capsys, filters: str | None, field: str):

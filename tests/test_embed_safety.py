@@ -18,32 +18,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-import torch
 
-from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from modeling_elmo import ElmoModel, ElmoTokenizer
 from modeling_elmo.commands import cli
 from modeling_elmo.utils.embedding_elmo import embed_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> Path:
-    """A tiny random ELMo model folder (weights + tokenizer)."""
-    torch.manual_seed(0)
-    config = ElmoConfig(
-        char_embedding_dim=4,
-        char_cnn_filters=[[1, 4], [2, 8], [3, 8]],
-        n_highway=1,
-        lstm_dim=16,
-        projection_dim=8,
-        n_layers=2,
-    )
-    out = tmp_path_factory.mktemp("embed") / "tiny"
-    ElmoModel(config).save_pretrained(out)
-    ElmoTokenizer().save_pretrained(out)
-    return out
 
 
 def corpus(path: Path, n: int) -> Path:

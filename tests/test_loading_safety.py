@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import PickleBomb, copy_of
 from safetensors.torch import load_file, save_file
 
 from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
@@ -60,22 +61,6 @@ def saved(tmp_path_factory) -> Path:
     MODEL.save_pretrained(folder)
     TOKENIZER.save_pretrained(folder)
     return folder
-
-
-def copy_of(saved: Path, tmp_path: Path, name: str = "copy") -> Path:
-    folder = tmp_path / name
-    shutil.copytree(saved, folder)
-    return folder
-
-
-class _Boom:
-    """Unpickling this runs code (it creates the file named in the argument)."""
-
-    def __init__(self, marker: str):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
 
 
 def _python(code: str, env: dict[str, str], timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
@@ -127,7 +112,7 @@ def test_index_naming_a_pickle_is_refused_before_it_is_opened(saved: Path, tmp_p
     marker = tmp_path / "pickle-code-ran"
     state = dict(MODEL.state_dict())
     if payload == "code":
-        state["payload"] = _Boom(str(marker))
+        state["payload"] = PickleBomb(str(marker))
     torch.save(state, folder / "pytorch_model.bin")
     (folder / "model.safetensors").unlink()
     index = {"metadata": {}, "weight_map": dict.fromkeys(MODEL.state_dict(), "pytorch_model.bin")}
@@ -167,7 +152,7 @@ def test_hub_model_whose_index_names_a_pickle_is_refused(saved: Path, tmp_path: 
     Before: torch.load of the pickle (then an UnpicklingError from torch's weights-only unpickler)."""
     folder = copy_of(saved, tmp_path, "hub-model")
     marker = tmp_path / "pickle-code-ran"
-    torch.save({**MODEL.state_dict(), "payload": _Boom(str(marker))}, folder / "pytorch_model.bin")
+    torch.save({**MODEL.state_dict(), "payload": PickleBomb(str(marker))}, folder / "pytorch_model.bin")
     (folder / "model.safetensors").unlink()
     index = {"metadata": {}, "weight_map": dict.fromkeys(MODEL.state_dict(), "pytorch_model.bin")}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))

@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import PickleBomb, copy_of
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -322,29 +323,13 @@ def saved(tmp_path_factory) -> Path:
     return folder
 
 
-def copy_of(saved: Path, tmp_path: Path) -> Path:
-    folder = tmp_path / "copy"
-    shutil.copytree(saved, folder)
-    return folder
-
-
-class _Boom:
-    """Unpickling this runs code (it would create the file named in the argument)."""
-
-    def __init__(self, marker: str):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (open, (self.marker, "w"))
-
-
 def test_pickled_weights_are_never_loaded(saved: Path, tmp_path: Path):
     folder = tmp_path / "pickle-only"
     folder.mkdir()
     shutil.copy(saved / "config.json", folder)
     marker = tmp_path / "pickle-code-ran"
     state = dict(MODEL.state_dict())
-    state["payload"] = _Boom(str(marker))
+    state["payload"] = PickleBomb(str(marker))
     torch.save(state, folder / "pytorch_model.bin", _use_new_zipfile_serialization=True)
     with pytest.raises(OSError, match=r"no model\.safetensors.*pytorch_model\.bin.*never loaded"):
         ElmoModel.from_pretrained(folder)
