@@ -83,3 +83,53 @@ def test_wheel_metadata(wheel):
     entry_points = archive.read(meta_name.replace("METADATA", "entry_points.txt")).decode()
     assert "elmo = modeling_elmo.commands.cli:main" in entry_points
     assert "elmo-convert = modeling_elmo.commands.convert:main" in entry_points
+
+
+# A subprocess in which the named modules cannot be imported (as in an install without that extra).
+_WITHOUT = """
+import importlib.abc, sys
+BLOCKED = set(sys.argv[1].split(","))
+
+class Blocker(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Blocker())
+_find_spec = importlib.util.find_spec
+importlib.util.find_spec = lambda name, *a: None if name.split(".")[0] in BLOCKED else _find_spec(name, *a)
+sys.argv = sys.argv[1:]
+"""
+
+
+def _run_without(modules: str, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", _WITHOUT + code, modules], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.parametrize("command", ["train-lm", "train-tagger"])
+def test_training_command_without_its_extra_names_the_extra(command):
+    code = f"from modeling_elmo.commands.cli import main; raise SystemExit(main([{command!r}, '--help']))"
+    done = _run_without("accelerate", code)
+    assert done.returncode == 1, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), done.stderr[-2000:]
+    assert "accelerate" in lines[0] and "modeling-elmo[train]" in lines[0] and "transformers[torch]" not in lines[0]
+
+
+def test_export_onnx_without_its_extra_names_the_extra():
+    code = (
+        "import torch\n"
+        "from modeling_elmo import ElmoConfig, ElmoModel\n"
+        "from modeling_elmo.utils.export_elmo import ElmoExportWrapper, export_onnx\n"
+        "config = ElmoConfig(lstm_dim=8, projection_dim=4, char_cnn_filters=[[1, 4]], n_highway=0)\n"
+        "try:\n"
+        "    export_onnx(ElmoExportWrapper(ElmoModel(config)).eval(), 'x.onnx')\n"
+        "except ImportError as err:\n"
+        "    print(err)\n"
+    )
+    done = _run_without("onnxscript", code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "onnxscript" in done.stdout and "modeling-elmo[export]" in done.stdout, done.stdout

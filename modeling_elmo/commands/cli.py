@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import errno
 import importlib
+import importlib.util
 import os
 import re
 import signal
@@ -38,6 +39,8 @@ from typing import TextIO
 
 DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
 OUTPUT_TYPES = ("layers", "elmo", "mean")
+# What `pip install "modeling-elmo[train]"` adds (pyproject.toml): the training commands import them.
+TRAIN_EXTRA = ("datasets", "accelerate", "seqeval")
 DELEGATED = {
     "convert": (
         "modeling_elmo.commands.convert",
@@ -893,6 +896,13 @@ def run_similar(args: argparse.Namespace) -> int:
 def run_delegated(command: str, argv: list[str]) -> int:
     """Run ``module.main(argv)`` of a delegated subcommand, with clear errors when it cannot be imported."""
     module_name, _ = DELEGATED[command]
+    if command != "convert":  # the training commands need the [train] extra; say so before transformers does
+        missing = [name for name in TRAIN_EXTRA if importlib.util.find_spec(name) is None]
+        if missing:
+            raise CliError(
+                f"`elmo {command}` needs {', '.join(missing)} (the [train] extra): "
+                'pip install "modeling-elmo[train]" (from a checkout: pip install -e ".[train]")'
+            )
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
@@ -901,10 +911,7 @@ def run_delegated(command: str, argv: list[str]) -> int:
                 f"`elmo {command}` needs {module_name}, which this installation does not have "
                 "(update the package: pip install -e .)"
             ) from err
-        raise CliError(
-            f"`elmo {command}` needs the package {err.name!r}: install the training extras with "
-            'pip install -e ".[train]"'
-        ) from err
+        raise CliError(f"`elmo {command}` needs the package {err.name!r}, which is not installed") from err
     main_function = getattr(module, "main", None)
     if main_function is None:
         raise CliError(f"{module_name} has no main(argv) function")

@@ -35,6 +35,7 @@ runs on inputs the eager model refuses, giving meaningless outputs (issue #13): 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import torch
@@ -224,8 +225,15 @@ def export_onnx(
     """Write an ONNX file (the ``torch.onnx`` dynamo exporter; the time loop becomes an ONNX ``Scan``).
 
     Inputs ``input_ids`` ``(batch, words, C)`` int64 and ``attention_mask`` ``(batch, words)`` int64; outputs
-    ``elmo`` and ``layers`` as [`ElmoExportWrapper`]. Needs the ``onnx`` and ``onnxscript`` packages. Returns the path.
+    ``elmo`` and ``layers`` as [`ElmoExportWrapper`]. Needs the ``onnx`` and ``onnxscript`` packages (the
+    ``[export]`` extra). Returns the path.
     """
+    missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(
+            f'export_onnx needs {" and ".join(missing)} (the [export] extra): pip install "modeling-elmo[export]" '
+            '(from a checkout: pip install -e ".[export]")'
+        )
     program = export_program(wrapper, example)
     example = example if example is not None else example_inputs(wrapper.config, batch=2, words=3)
     onnx_program = torch.onnx.export(
