@@ -72,8 +72,8 @@ _ABBREVIATIONS = (
 _NUMERIC_ABBREVIATIONS = "No|Nos|Nr|Art|pp"
 
 _TOKEN_ALTERNATIVES = (
-    # The boundary and unknown words of the vocabulary stay whole.
-    r"</?S>|<UNK>",
+    # The boundary and unknown words of the vocabulary stay whole, and so does WikiText's and others' "<unk>".
+    r"</?S>|<(?i:unk)>",
     # A flag: two regional-indicator symbols.
     r"[\x{1F1E6}-\x{1F1FF}]{2}",
     # "Mr." "Inc." "J." keep their period.

@@ -571,3 +571,13 @@ def test_added_tokens_cannot_split_given_words():
     with pytest.raises(ValueError, match="split into several tokens"):
         local(["xfooy"], is_split_into_words=True)
     assert local(["foo"], is_split_into_words=True)["input_ids"] == [row("foo")]
+
+
+def test_unknown_word_markers_stay_whole():
+    # WikiText writes "<unk>" for rare words and bilm-tf "<UNK>": splitting them into "<", "unk", ">" put three
+    # bogus words among the most frequent ones of a vocabulary built from such text.
+    tokenizer = ElmoTokenizer()
+    text = "The <unk> sat on the <UNK> mat, a<unk>. <b>"
+    offsets = tokenizer(text, return_offsets_mapping=True)["offset_mapping"]
+    words = [text[start:end] for start, end in offsets]
+    assert words == ["The", "<unk>", "sat", "on", "the", "<UNK>", "mat", ",", "a", "<unk>", ".", "<", "b", ">"]
