@@ -39,7 +39,7 @@ VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.jso
 
 UNK_TOKEN = "<UNK>"
 PAD_TOKEN = "<pad>"
-# The first three lines of every bilm-tf vocabulary file.
+# The special words every bilm-tf vocabulary file holds (found by name; files written here put them first).
 BILM_SPECIAL_WORDS = (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN)
 
 # Value of `vocab_ids` at padded positions (ignored by PyTorch's cross-entropy).
@@ -130,9 +130,11 @@ def _type_name(value: Any) -> str:
 
 
 def load_bilm_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
-    """Read a bilm-tf vocabulary file (one word per line, ``<S>``, ``</S>``, ``<UNK>`` first).
+    """Read a bilm-tf vocabulary file: one word per line, holding ``<S>``, ``</S>`` and ``<UNK>``.
 
-    The id of a word is its line number, starting at 0. A final empty line is ignored.
+    The id of a word is its line number, starting at 0. A final empty line is ignored. The special words are
+    found by name, as bilm-tf does: vocabularies written by this package have them first, bilm-tf's own test
+    vocabulary has them on lines 21, 225 and 118.
     """
     path = os.fspath(vocab_file)
     with open(path, encoding="utf-8-sig", newline="") as handle:  # a byte-order mark is ignored
@@ -140,22 +142,17 @@ def load_bilm_vocab(vocab_file: str | os.PathLike) -> dict[str, int]:
     if words and words[-1] == "":
         words.pop()
     words = [word[:-1] if word.endswith("\r") else word for word in words]
-    for index, expected in enumerate(BILM_SPECIAL_WORDS):
-        if index >= len(words):
-            raise ValueError(
-                f"{path}: the file has {len(words)} line(s); a bilm-tf vocabulary file starts with the lines "
-                f"{', '.join(BILM_SPECIAL_WORDS)}"
-            )
-        if words[index] != expected:
-            raise ValueError(
-                f"{path}: line {index + 1} is {words[index]!r}, expected {expected!r} (a bilm-tf vocabulary file "
-                f"starts with the lines {', '.join(BILM_SPECIAL_WORDS)})"
-            )
     vocab: dict[str, int] = {}
     for index, word in enumerate(words):
         if word in vocab:
             raise ValueError(f"{path}: line {index + 1} repeats the word {word!r} of line {vocab[word] + 1}")
         vocab[word] = index
+    missing = [word for word in BILM_SPECIAL_WORDS if word not in vocab]
+    if missing:
+        raise ValueError(
+            f"{path}: no line holds {', '.join(missing)}; a bilm-tf vocabulary file has the words "
+            f"{', '.join(BILM_SPECIAL_WORDS)}, one per line ({len(words)} line(s) here)"
+        )
     return vocab
 
 

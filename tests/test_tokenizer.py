@@ -304,13 +304,22 @@ def test_vocab_file_with_crlf_and_no_final_newline(tmp_path):
     assert ElmoTokenizer(vocab_file=str(path)).get_vocab() == {"<S>": 0, "</S>": 1, "<UNK>": 2, "word": 3, "<pad>": 4}
 
 
+def test_special_words_are_found_by_name_wherever_they_are(tmp_path):
+    # bilm-tf's own test vocabulary has <S>, </S>, <UNK> on lines 21, 225 and 118; bilm-tf finds them by name.
+    words = [f"w{i}" for i in range(230)]
+    words[20], words[224], words[117] = "<S>", "</S>", "<UNK>"
+    path = tmp_path / "vocab.txt"
+    path.write_text("\n".join(words) + "\n", encoding="utf-8")
+    vocab = ElmoTokenizer(vocab_file=str(path)).get_vocab()
+    assert (vocab["<S>"], vocab["</S>"], vocab["<UNK>"], vocab["w0"], vocab["w229"]) == (20, 224, 117, 0, 229)
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ("<S>\n<UNK>\n</S>\nx\n", r"line 2 is '<UNK>', expected '</S>'"),
-        ("the\n<S>\n</S>\n<UNK>\n", r"line 1 is 'the', expected '<S>'"),
-        ("<S>\n</S>\n", r"has 2 line"),
-        ("", r"has 0 line"),
+        ("<S>\n</S>\nx\n", r"no line holds <UNK>"),
+        ("the\n</S>\nx\n", r"no line holds <S>, <UNK>"),
+        ("", r"no line holds <S>, </S>, <UNK>.*\(0 line"),
         ("<S>\n</S>\n<UNK>\na\nb\na\n", r"line 6 repeats the word 'a' of line 4"),
     ],
 )

@@ -283,8 +283,8 @@ def convert(
         weight_file: the model's HDF5 weights.
         output_dir: the folder to create (it must not exist, or be empty, unless ``overwrite``). It may not be,
             or hold, one of the input files.
-        vocab_file: optional bilm-tf vocabulary (``<S>``, ``</S>``, ``<UNK>`` first) for the tokenizer's
-            word ids (language-model labels). The character ids do not need it.
+        vocab_file: optional bilm-tf vocabulary (one word per line, ``<S>``, ``</S>``, ``<UNK>`` among them) for
+            the tokenizer's word ids (language-model labels). The character ids do not need it.
         overwrite: replace an existing ``output_dir``.
         progress: show a progress bar while reading the weights.
 

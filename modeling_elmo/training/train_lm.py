@@ -191,7 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
         "one token stream per batch row cut into --max_words windows, LSTM states carried from batch to batch "
         "(backpropagation cut at window edges)",
     )
-    data.add_argument("--vocab_file", help="a bilm-tf vocabulary file (<S>, </S>, <UNK> first) instead of building one")
+    data.add_argument(
+        "--vocab_file",
+        help="a bilm-tf vocabulary file (one word per line, with <S>, </S>, <UNK> anywhere) instead of building one",
+    )
     data.add_argument("--min_count", type=int, default=1, help="building the vocabulary: minimum word count")
     data.add_argument("--max_vocab", type=int, help="building the vocabulary: at most this many words")
     data.add_argument("--max_train_samples", type=int, help="use only the first N training windows")
