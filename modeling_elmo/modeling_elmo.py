@@ -30,6 +30,7 @@ import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -429,6 +430,15 @@ class ElmoScalarMix(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
+def _follow_umask(paths: Iterable[Path]) -> None:
+    """Give ``paths`` the mode a new file gets under the user's umask: transformers writes the weights privately
+    (0600), so a folder saved to share or package would hold weights that only its owner can read."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in paths:
+        path.chmod(0o666 & ~umask)
+
+
 def check_inputs(
     input_ids: torch.Tensor, attention_mask: torch.Tensor | None, max_characters_per_token: int
 ) -> torch.Tensor:
@@ -808,6 +818,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
             return
         prepare_hub_folder(self.config, save_directory)
         self.config.save_pretrained(save_directory)  # again, with the auto_map and pipeline entries
+        _follow_umask(Path(save_directory).glob("*.safetensors*"))
         if push_to_hub:
             repo_id = hub.pop("repo_id", os.path.basename(os.path.normpath(os.fspath(save_directory))))
             self.push_to_hub(repo_id, token=kwargs.get("token"), **hub)

@@ -601,3 +601,27 @@ def test_options_path_that_is_not_a_file_is_named(small, tmp_path: Path, capsys,
     os.mkdir(options) if kind == "folder" else os.mkfifo(options)
     message = main_error(capsys, "--options_file", options, "--weight_file", weights, "--output_dir", tmp_path / "out")
     assert message == f"error: options file {options} is not a regular file"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027])
+def test_output_folder_and_files_follow_the_umask(tmp_path, umask):
+    # The folder used to be mkdtemp's 0700 and the weights transformers' 0600, whatever the user's umask.
+    fixture = Path(__file__).resolve().parent / "fixtures" / "bilm-residual"
+    code = (
+        "import os, sys\n"
+        f"os.umask({umask})\n"
+        "from modeling_elmo.commands.convert import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    out = tmp_path / "out"
+    args = ["--options_file", str(fixture / "options.json"), "--weight_file", str(fixture / "lm_weights.hdf5")]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args, "--output_dir", str(out), "--no_progress"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert out.stat().st_mode & 0o777 == 0o777 & ~umask
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "README.md"):
+        assert (out / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
