@@ -62,15 +62,9 @@ def tiny_dir(tmp_path_factory) -> Path:
     from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 
     torch.manual_seed(0)
-    config = ElmoConfig(
-        char_embedding_dim=4,
-        char_cnn_filters=[[1, 4], [2, 8], [3, 8]],
-        n_highway=1,
-        lstm_dim=16,
-        projection_dim=8,
-        n_layers=2,
-    )
-    model = ElmoModel(config)
+    from helpers import TINY_SIZES
+
+    model = ElmoModel(ElmoConfig(**TINY_SIZES))
     with torch.no_grad():  # non-zero mix weights, so that "elmo" is not simply the mean of the layers
         model.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([0.5, -1.0, 1.0]))
         model.scalar_mixes[0].gamma.fill_(1.5)

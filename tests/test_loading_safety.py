@@ -20,24 +20,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import PickleBomb, copy_of
+from helpers import TINY, PickleBomb, copy_of
 from safetensors.torch import load_file, save_file
 
 from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from modeling_elmo.utils.export_elmo import ElmoExportWrapper, check_export_inputs, example_inputs
 
 REPO = Path(__file__).resolve().parent.parent
-TINY = dict(
-    char_embedding_dim=4,
-    char_cnn_filters=[[1, 4], [2, 8], [3, 8]],
-    n_highway=1,
-    lstm_dim=16,
-    projection_dim=8,
-    n_layers=2,
-    cell_clip=3.0,
-    proj_clip=3.0,
-    initializer_range=0.3,
-)
 TOKENIZER = ElmoTokenizer()
 SENTENCES = [["the", "cat", "sat"], ["an", "unknown", "word", "the"]]
 WORDS = ["the", "cat", "sat", "an", "word"]

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import PickleBomb, copy_of
+from helpers import TINY, PickleBomb, copy_of
 from hypothesis import example, given
 from hypothesis import strategies as st
 
@@ -36,19 +36,6 @@ TOKENIZER = ElmoTokenizer()
 # Stateless outputs of a sentence alone vs. in any batch. The batch's matrix shapes change float32 rounding, which
 # accumulates over long sentences (1.4e-6 seen at 45 words); a state leaking between rows would be ~1e-1.
 INDEPENDENCE = 1e-5
-
-
-TINY = dict(
-    char_embedding_dim=4,
-    char_cnn_filters=[[1, 4], [2, 8], [3, 8]],
-    n_highway=1,
-    lstm_dim=16,
-    projection_dim=8,
-    n_layers=2,
-    cell_clip=3.0,
-    proj_clip=3.0,
-    initializer_range=0.3,
-)
 
 
 def tiny_config(**overrides) -> ElmoConfig:
