@@ -46,6 +46,10 @@ DELEGATED = {
         "modeling_elmo.commands.convert",
         "convert original ELMo weights (options.json + HDF5) to a model folder",
     ),
+    "download": (
+        "modeling_elmo.commands.download",
+        "download a released ELMo model by name (small, medium, original, original-5.5B...), convert it once",
+    ),
     "train-lm": ("modeling_elmo.training.train_lm", "pretrain or fine-tune the biLM language model"),
     "train-tagger": ("modeling_elmo.training.train_tagger", "train a sequence tagger (e.g. NER) on top of ELMo"),
 }
@@ -81,8 +85,17 @@ def demo_model_path() -> Path:
 
 
 def resolve_model(model: str | None) -> str:
-    """``model`` as given, or the bundled demo model's folder; a clear error if neither exists."""
+    """``model`` as given, a released model's name as its converted folder (downloaded on first use), or the
+    bundled demo model's folder; a clear error if none exists."""
     if model is not None:
+        if not os.path.exists(model):  # an existing folder wins over a released name
+            from .download import DownloadError, canonical_name, download_released_model
+
+            if canonical_name(model) is not None:
+                try:
+                    return str(download_released_model(model))
+                except DownloadError as err:
+                    raise CliError(f"--model {model}: {err}") from err
         if os.path.isdir(model) and not os.path.isfile(os.path.join(model, "config.json")):
             raise CliError(
                 f"--model {model} is not a folder with config.json: a model folder (made by `elmo convert` or "
@@ -90,10 +103,10 @@ def resolve_model(model: str | None) -> str:
             )
         if os.path.isdir(model) or (not os.path.exists(model) and _HUB_ID.fullmatch(model)):
             return model
-        what = "is not a folder" if os.path.exists(model) else "no such folder (and not a Hub id)"
+        what = "is not a folder" if os.path.exists(model) else "no such folder (and not a Hub id or a released model)"
         raise CliError(
-            f"--model {model}: {what}. Give a model folder (made by `elmo convert` or `elmo train-lm`) "
-            "or a Hugging Face Hub id (owner/name)."
+            f"--model {model}: {what}. Give a model folder (made by `elmo convert` or `elmo train-lm`), "
+            "a Hugging Face Hub id (owner/name) or a released model's name (`elmo download --list`)."
         )
     if not (DEMO_MODEL_DIR / "config.json").is_file():
         raise CliError(
@@ -896,7 +909,7 @@ def run_similar(args: argparse.Namespace) -> int:
 def run_delegated(command: str, argv: list[str]) -> int:
     """Run ``module.main(argv)`` of a delegated subcommand, with clear errors when it cannot be imported."""
     module_name, _ = DELEGATED[command]
-    if command != "convert":  # the training commands need the [train] extra; say so before transformers does
+    if command.startswith("train-"):  # the training commands need the [train] extra; say so before transformers does
         missing = [name for name in TRAIN_EXTRA if importlib.util.find_spec(name) is None]
         if missing:
             raise CliError(

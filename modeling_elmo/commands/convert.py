@@ -552,6 +552,23 @@ def remove_stale_staging(output_dir: str | os.PathLike) -> list[Path]:
     return removed
 
 
+def push_to_hub(folder: str | os.PathLike, repo_id: str, private: bool | None = None) -> str:
+    """Publish a converted ``folder`` as it is (weights, tokenizer, code files, model card) to the Hub model
+    repository ``repo_id``, created if needed; returns the repository's URL. The token is the saved one
+    (``hf auth login``) or ``HF_TOKEN``."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    repo = api.create_repo(repo_id, private=private, exist_ok=True)
+    repo_id = getattr(repo, "repo_id", repo_id)
+    api.upload_folder(
+        folder_path=os.fspath(folder),
+        repo_id=repo_id,
+        commit_message="Upload ELMo converted from the original weights with modeling_elmo",
+    )
+    return str(repo) if isinstance(repo, str) else f"https://huggingface.co/{repo_id}"  # a RepoUrl is its URL
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Convert original ELMo weights (options.json + HDF5) to a Hugging Face model folder."
@@ -562,7 +579,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--vocab_file", help="optional bilm-tf vocabulary file, for word ids (LM labels)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output_dir")
     parser.add_argument("--no_progress", action="store_true", help="do not show a progress bar")
+    parser.add_argument(
+        "--push_to_hub",
+        metavar="REPO",
+        help="then publish the folder to this Hub model repository (owner/name; created if needed; your saved "
+        "token or HF_TOKEN)",
+    )
+    parser.add_argument("--private", action="store_true", help="with --push_to_hub: create the repository private")
     args = parser.parse_args(argv)
+    if args.private and not args.push_to_hub:
+        parser.error("--private needs --push_to_hub REPO")
+    if args.push_to_hub:  # a bad name fails now, not after the conversion
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:
+            validate_repo_id(args.push_to_hub)
+        except HFValidationError as err:
+            print(f"error: --push_to_hub {args.push_to_hub!r} is not a Hub repository id (owner/name): {err}",
+                  file=sys.stderr)  # fmt: skip
+            return 1
     try:
         out = convert(
             args.options_file,
@@ -579,6 +614,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: could not write {args.output_dir}: {err}", file=sys.stderr)
         return 1
     print(f"Converted to {out}")
+    if args.push_to_hub:
+        try:
+            url = push_to_hub(out, args.push_to_hub, private=args.private or None)
+        except Exception as err:  # the Hub client raises HTTP, network, token and validation errors of many kinds
+            print(
+                f"error: converted to {out}, but publishing it to {args.push_to_hub} failed: {err}. The folder is "
+                f"complete: publish it later with `hf upload {args.push_to_hub} {out}`",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"Published to {url}")
     return 0
 
 
