@@ -241,19 +241,42 @@ def download_released_model(
 
         try:
             # overwrite: a folder here is a damaged or forced one (we hold the model's lock)
-            convert(options, weights, target, overwrite=True, progress=progress)
+            with _bars_off(not progress):  # also transformers' "Writing model shards"
+                convert(options, weights, target, overwrite=True, progress=progress)
         except ConversionError as err:
-            shutil.rmtree(downloads, ignore_errors=True)  # wrong files: the next call fetches them anew
+            _drop_downloads(downloads)  # wrong files: the next call fetches them anew
             raise DownloadError(
                 f"the files of {canonical!r} downloaded from {options_url} and {weights_url} do not convert: {err} "
                 "(they were deleted). " + manual
             ) from err
         except OSError as err:  # a full disk...: keep the downloads for the next call
             raise DownloadError(f"could not write {target}: {err}") from err
-        shutil.rmtree(downloads, ignore_errors=True)
-        with contextlib.suppress(OSError):  # only if no other model's download is pending
-            downloads.parent.rmdir()
+        _drop_downloads(downloads)
     return target
+
+
+@contextlib.contextmanager
+def _bars_off(off: bool) -> Iterator[None]:
+    """Within the block, no transformers or huggingface_hub progress bars if ``off`` (restored after)."""
+    if not off:
+        yield
+        return
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
+def _drop_downloads(downloads: Path) -> None:
+    """Delete one model's downloaded files, and the downloads folder if no other model's download is pending."""
+    shutil.rmtree(downloads, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        downloads.parent.rmdir()
 
 
 def resolve_pretrained(name_or_path: str, **kwargs) -> str:
@@ -401,10 +424,11 @@ def _stream(response, part: Path, mode: str, room: int, bar) -> tuple[int, str |
     Errors of the connection end the transfer (the caller resumes it); errors of the disk are raised.
     """
     received = 0
+    read = getattr(response, "read1", response.read)  # read1: what has arrived, not a full chunk (resumable)
     with open(part, mode) as out:
         while True:
             try:
-                chunk = response.read(_CHUNK)
+                chunk = read(_CHUNK)
             except (OSError, http.client.HTTPException) as err:  # reset, timeout, IncompleteRead
                 return received, f"{type(err).__name__}: {err}"
             if not chunk:
