@@ -13,8 +13,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 import zlib
@@ -36,7 +34,6 @@ from modeling_elmo.commands.download import (
     resolve_pretrained,
 )
 
-REPO = Path(__file__).resolve().parent.parent
 SMALL = RELEASED_MODELS["small"]
 WEIGHTS_PATH = "/" + SMALL.weights
 OPTIONS_PATH = "/" + SMALL.options
@@ -210,6 +207,22 @@ def test_names_aliases_and_urls(tmp_path, monkeypatch):
     assert resolve_pretrained("someone/elmo") == "someone/elmo"
 
 
+def test_progress_bars_follow_the_hugging_face_switch(server, tmp_path, capsys):
+    download_released_model("small", cache_dir=tmp_path / "a", base_url=server.url)
+    err = capsys.readouterr().err
+    assert Path(SMALL.weights).name in err and "Reading weights" in err
+    with huggingface_hub.utils.disable_progress_bars():
+        download_released_model("small", cache_dir=tmp_path / "b", base_url=server.url)
+    assert capsys.readouterr().err == ""
+
+
+def test_force_downloads_and_converts_again(server, tmp_path):
+    folder = download(server, tmp_path)
+    (folder / "model.safetensors").write_bytes(b"damaged")
+    assert download(server, tmp_path, force=True) == folder
+    assert len(server.requested(WEIGHTS_PATH)) == 2 and (folder / "model.safetensors").stat().st_size > 100_000
+
+
 # ---------------------------------------------------------------------------------------------
 # Interrupted downloads resume
 # ---------------------------------------------------------------------------------------------
@@ -222,30 +235,31 @@ def test_dropped_connection_resumes_with_range(server, tmp_path, converted_fixtu
     assert_same_weights(folder, converted_fixture)
 
 
-def test_interrupted_command_resumes_on_the_next_call(server, tmp_path, converted_fixture):
-    """Ctrl-C (a real SIGINT) during `elmo download`: exit 130, the partial file stays, the next call resumes it."""
+def test_interrupted_command_resumes_on_the_next_call(server, tmp_path, converted_fixture, capsys):
+    """Ctrl-C during `elmo download` (a real SIGINT to this process's main thread, sent while the download waits
+    for bytes): exit 130 with a hint, the partial file stays, and the next call resumes it."""
     cache = tmp_path / "cache"
+    part = cache / ".downloads" / "small" / (Path(SMALL.weights).name + ".part")
     server.stall[WEIGHTS_PATH] = 50_000
-    command = [sys.executable, "-m", "modeling_elmo.commands.cli", "download", "small", "--no_progress"]
-    command += ["--cache_dir", str(cache), "--base_url", server.url]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert server.stalled.wait(60), "the download never started"
-        part = cache / ".downloads" / "small" / (Path(SMALL.weights).name + ".part")
+    main_thread = threading.main_thread().ident
+
+    def interrupt():  # the main thread is inside the download until the server is released: no race
+        assert server.stalled.wait(60)
         deadline = time.monotonic() + 30
         while not (part.exists() and part.stat().st_size > 0) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-    finally:
-        process.kill()
-    assert process.returncode == 130, err
-    assert out == "" and "run the same command again to resume" in err
+            time.sleep(0.02)
+        signal.pthread_kill(main_thread, signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt, daemon=True)
+    helper.start()
+    code = cli.main(["download", "small", "--cache_dir", str(cache), "--base_url", server.url, "--no_progress"])
+    helper.join(10)
+    out, err = capsys.readouterr()
+    assert code == 130 and out == "" and err == "interrupted: run the same command again to resume the download\n"
     assert part.stat().st_size == 50_000 and not (cache / "small").exists()
 
     folder = download(server, cache)
-    assert server.requested(WEIGHTS_PATH) == [None, "bytes=50000-"]
+    assert server.requested(WEIGHTS_PATH) == [None, "bytes=50000-"]  # only the rest was sent again
     assert_same_weights(folder, converted_fixture)
 
 

@@ -203,7 +203,10 @@ def download_released_model(
     options_url, weights_url = model_urls(canonical, base_url)
     manual = _manual_route(options_url, weights_url, target)
     from huggingface_hub import constants
+    from huggingface_hub.utils import are_progress_bars_disabled
 
+    # transformers' disable_progress_bar() turns huggingface_hub's off too: one switch for every bar below
+    progress = progress and not are_progress_bars_disabled()
     if constants.is_offline_mode():
         raise DownloadError(
             f"the released ELMo model {canonical!r} is not in {cache} and offline mode is on (HF_HUB_OFFLINE). "
@@ -217,6 +220,8 @@ def download_released_model(
         if not force and _is_converted(target):  # another call finished it while this one waited
             return target
         downloads = cache / ".downloads" / canonical
+        if force:  # fresh files, not those of an earlier call
+            _drop_downloads(downloads)
         downloads.mkdir(parents=True, exist_ok=True)
         model = RELEASED_MODELS[canonical]
         options = _fetch(
