@@ -224,24 +224,30 @@ def download_released_model(
             _drop_downloads(downloads)
         downloads.mkdir(parents=True, exist_ok=True)
         model = RELEASED_MODELS[canonical]
-        options = _fetch(
-            options_url,
-            downloads / Path(model.options).name,
-            _OPTIONS_MAX_BYTES,
-            _check_json,
-            manual,
-            progress,
-            timeout,
-        )
-        weights = _fetch(
-            weights_url,
-            downloads / Path(model.weights).name,
-            _WEIGHTS_MAX_BYTES,
-            _check_hdf5,
-            manual,
-            progress,
-            timeout,
-        )
+        try:
+            options = _fetch(
+                options_url,
+                downloads / Path(model.options).name,
+                _OPTIONS_MAX_BYTES,
+                _check_json,
+                manual,
+                progress,
+                timeout,
+            )
+            weights = _fetch(
+                weights_url,
+                downloads / Path(model.weights).name,
+                _WEIGHTS_MAX_BYTES,
+                _check_hdf5,
+                manual,
+                progress,
+                timeout,
+            )
+        except BaseException:
+            with contextlib.suppress(OSError):  # empty folders only: partial files stay for resuming
+                downloads.rmdir()
+                downloads.parent.rmdir()
+            raise
         from .convert import ConversionError, convert  # torch and the model: only when there is something to convert
 
         try:
