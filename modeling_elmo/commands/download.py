@@ -112,8 +112,9 @@ RELEASED_MODELS: dict[str, ReleasedModel] = {
         ),
     )
 }
-ALIASES = {"large": "original-5.5B", "5.5b": "original-5.5B", "portuguese": "pt"}
-_BY_LOWER_NAME = {name.lower(): name for name in RELEASED_MODELS} | ALIASES
+ALIASES = {"large": "original-5.5B", "5.5B": "original-5.5B", "portuguese": "pt"}
+_BY_LOWER_NAME = {name.lower(): name for name in [*RELEASED_MODELS, *ALIASES]}
+_BY_LOWER_NAME |= {alias.lower(): target for alias, target in ALIASES.items()}
 
 
 def canonical_name(name: str) -> str | None:
@@ -497,7 +498,7 @@ def _list_models(base_url: str | None) -> str:
     width = max(len(name) for name in RELEASED_MODELS)
     lines = []
     for name, model in RELEASED_MODELS.items():
-        aliases = [alias for alias, target in ALIASES.items() if target == name and alias != name.lower()]
+        aliases = [alias for alias, target in ALIASES.items() if target == name]
         also = f" (also: {', '.join(aliases)})" if aliases else ""
         lines.append(f"{name:<{width}}  {model.description}{also}")
         lines.append(f"{'':<{width}}  {model_urls(name, base_url)[1]}")
