@@ -256,10 +256,11 @@ def test_interrupted_command_resumes_on_the_next_call(server, tmp_path, converte
     helper.join(10)
     out, err = capsys.readouterr()
     assert code == 130 and out == "" and err == "interrupted: run the same command again to resume the download\n"
-    assert part.stat().st_size == 50_000 and not (cache / "small").exists()
+    kept = part.stat().st_size  # the 50,000 bytes sent, less any still in flight when the signal came
+    assert 0 < kept <= 50_000 and not (cache / "small").exists()
 
     folder = download(server, cache)
-    assert server.requested(WEIGHTS_PATH) == [None, "bytes=50000-"]  # only the rest was sent again
+    assert server.requested(WEIGHTS_PATH) == [None, f"bytes={kept}-"]  # only the rest was sent again
     assert_same_weights(folder, converted_fixture)
 
 
