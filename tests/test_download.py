@@ -289,7 +289,7 @@ def test_corrupt_weights_are_a_clear_error_and_leave_no_cache_entry(server, fixt
     assert cache_listing(cache) == []
 
 
-def test_refused_connection_names_the_url_and_the_manual_route(tmp_path, capsys):
+def test_refused_connection_names_the_url_and_the_manual_route(tmp_path, capsys, monkeypatch):
     cache = tmp_path / "cache"
     base = f"http://127.0.0.1:{free_port()}/"
     with pytest.raises(DownloadError) as info:
@@ -304,11 +304,9 @@ def test_refused_connection_names_the_url_and_the_manual_route(tmp_path, capsys)
     assert cli.main(["download", "small", "--cache_dir", str(cache), "--base_url", base, "--no_progress"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: could not download") and err.count("\n") == 1 and "Traceback" not in err
-    os.environ["ELMO_CACHE_DIR"], os.environ["ELMO_DOWNLOAD_BASE_URL"] = str(cache), base
-    try:
-        assert cli.main(["similar", "--model", "small", "--device", "cpu"]) == 1
-    finally:
-        del os.environ["ELMO_CACHE_DIR"], os.environ["ELMO_DOWNLOAD_BASE_URL"]
+    monkeypatch.setenv("ELMO_CACHE_DIR", str(cache))
+    monkeypatch.setenv("ELMO_DOWNLOAD_BASE_URL", base)
+    assert cli.main(["similar", "--model", "small", "--device", "cpu"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: --model small: could not download") and "elmo convert" in err
 
