@@ -383,7 +383,7 @@ def _fetch(
                 if response.status == 206:
                     found = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
                     total = int(found.group(3)) if found and found.group(3) != "*" else None
-                    if found is None or int(found.group(1)) != have or total != meta.get("total"):
+                    if found is None or int(found.group(1)) != have or (have and total != meta.get("total")):
                         _remove(part, meta_path)  # not the continuation of our file
                         meta = {}
                         if attempts < _ATTEMPTS:
