@@ -264,6 +264,19 @@ def test_interrupted_command_resumes_on_the_next_call(server, tmp_path, converte
     assert_same_weights(folder, converted_fixture)
 
 
+def test_partial_file_of_a_changed_file_starts_again(server, tmp_path, fixture_files, converted_fixture):
+    """A partial file whose ETag the server no longer has: ``If-Range`` makes the server send the whole new file."""
+    downloads = tmp_path / ".downloads" / "small"
+    downloads.mkdir(parents=True)
+    name = Path(SMALL.weights).name
+    (downloads / f"{name}.part").write_bytes(b"old version " * 100)
+    url = server.url + SMALL.weights
+    (downloads / f"{name}.part.json").write_text(f'{{"url": "{url}", "total": 5000, "etag": "\\"old\\""}}')
+    folder = download(server, tmp_path)
+    assert server.requested(WEIGHTS_PATH) == ["bytes=1200-"]  # answered with 200 and the whole file
+    assert_same_weights(folder, converted_fixture)
+
+
 # ---------------------------------------------------------------------------------------------
 # Failures: clear errors, nothing in the cache
 # ---------------------------------------------------------------------------------------------
