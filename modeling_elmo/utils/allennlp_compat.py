@@ -324,8 +324,8 @@ class ElmoEmbedder:
                 "use_sentence_keys is not supported (HDF5 names cannot hold '/'): the datasets are keyed by line "
                 "number, and sentence_to_index maps each sentence to its key"
             )
-        reduce = {"all": lambda a: a, "top": lambda a: a[-1], "average": lambda a: a.mean(axis=0)}  # (L + 1, 0, 2P) too
-        reduce = reduce[output_format]
+        # AllenNLP's numpy.average(axis=0) is the mean, which also takes the (L + 1, 0, 2P) of an empty line.
+        reduce = {"all": lambda a: a, "top": lambda a: a[-1], "average": lambda a: a.mean(axis=0)}[output_format]
 
         def embed(word_lists: Iterable[list[str]]) -> Iterator[tuple[int, np.ndarray]]:
             for index, layers in enumerate(self.embed_sentences(word_lists, batch_size)):
@@ -341,7 +341,8 @@ class ElmoEmbedder:
             "dim": 2 * config.projection_dim,
             "input_format": "tokenized",
         }
-        stream = open(input_file, encoding="utf-8") if isinstance(input_file, (str, os.PathLike)) else input_file  # noqa: SIM115
+        is_path = isinstance(input_file, (str, os.PathLike))
+        stream = open(input_file, encoding="utf-8") if is_path else input_file  # noqa: SIM115
         try:
             cli._write_sentences(
                 temp,
