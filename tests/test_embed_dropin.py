@@ -146,3 +146,20 @@ def test_embed_usage_errors(tiny_dir, ptb_file, tmp_path, capsys):
     assert cli.main(["embed", str(ptb_file), str(out), "--batch_size", "0", "--model", str(tiny_dir)]) == 1
     assert "--batch_size and --max_batch_words must be positive" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_embed_corpus_old_output_names_warn_and_still_work(tiny_dir):
+    """``embed_corpus(output="layers"/"mean")``: the old names map to ``all``/``sentence_mean`` with a FutureWarning."""
+    from modeling_elmo.utils.embedding_elmo import embed_corpus
+
+    model, tokenizer = ElmoModel.from_pretrained(tiny_dir).eval(), ElmoTokenizer.from_pretrained(tiny_dir)
+    lines = ["A b c .", "", "D e ."]
+    for old, new in (("layers", "all"), ("mean", "sentence_mean")):
+        with pytest.warns(FutureWarning, match=f"output={old!r} is deprecated.*use output={new!r}"):
+            got = list(embed_corpus(model, tokenizer, lines, output=old, progress=False))
+        want = list(embed_corpus(model, tokenizer, lines, output=new, progress=False))
+        for (i, a), (j, b) in zip(got, want, strict=True):
+            assert i == j
+            np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="output must be one of"):
+        list(embed_corpus(model, tokenizer, lines, output="words"))
