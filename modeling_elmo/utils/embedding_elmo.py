@@ -61,7 +61,6 @@ def resolve_output(output: str) -> str:
     return output
 
 
-@torch.inference_mode()
 def embed_corpus(
     model,
     tokenizer,
@@ -109,6 +108,28 @@ def embed_corpus(
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if total is None and hasattr(sentences, "__len__"):
         total = len(sentences)
+    # Checked above at the call, not at the first next(); the work is done by the generator below.
+    return _embed_chunks(
+        model, tokenizer, sentences, output, batch_size, max_batch_words, chunk_size, is_split_into_words, progress,
+        total, ordered,
+    )  # fmt: skip
+
+
+@torch.inference_mode()
+def _embed_chunks(
+    model,
+    tokenizer,
+    sentences: Iterable[str | list[str]],
+    output: str,
+    batch_size: int,
+    max_batch_words: int,
+    chunk_size: int,
+    is_split_into_words: bool | None,
+    progress: bool,
+    total: int | None,
+    ordered: bool,
+) -> Iterator[tuple[int, np.ndarray]]:
+    """The generator of [`embed_corpus`], on checked arguments."""
     device = model.device
     bar = tqdm(total=total, unit="sent", desc="Embedding", disable=not progress)
     iterator = iter(sentences)
