@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shlex
@@ -50,8 +51,12 @@ def reference(model_dir: Path, sentences: list[str], output_type: str) -> list[n
         with torch.no_grad():
             out = model(**batch, output_hidden_states=True)
         n = len(tokenizer.tokenize(sentence))
-        if output_type == "layers":
+        if output_type == "all":
             value = torch.stack([h[0, :n] for h in out.hidden_states])
+        elif output_type == "top":
+            value = out.hidden_states[-1][0, :n]
+        elif output_type == "average":
+            value = torch.stack([h[0, :n] for h in out.hidden_states]).mean(0)
         elif output_type == "elmo":
             value = out.elmo[0, :n]
         else:
@@ -69,18 +74,18 @@ def run_cli(*argv: str) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("output_type", ["layers", "elmo", "mean"])
+@pytest.mark.parametrize("output_type", ["all", "top", "average", "elmo", "sentence_mean"])
 def test_embed_matches_model_outputs(tiny_dir, text_file, tmp_path, output_type):
     out = tmp_path / "out.hdf5"
     code = run_cli(
-        "embed", text_file, "-o", out, "--model", tiny_dir, "--output-type", output_type, "--batch-size", "3",
-        "--no-progress",
+        "embed", text_file, "-o", out, "--model", tiny_dir, "--output_type", output_type, "--batch_size", "3",
+        "--disable_tqdm",
     )  # fmt: skip
     assert code == 0
     expected = reference(tiny_dir, LINES, output_type)
     tokenizer = ElmoTokenizer.from_pretrained(tiny_dir)
     with h5py.File(out, "r") as f:
-        assert sorted(k for k in f if k != "words") == sorted(str(i) for i in range(len(LINES)))
+        assert sorted(f) == sorted([str(i) for i in range(len(LINES))] + ["sentence_to_index"])
         assert f.attrs["output_type"] == output_type
         assert f.attrs["num_sentences"] == len(LINES)
         assert f.attrs["num_layers"] == 3 and f.attrs["dim"] == 16
@@ -89,14 +94,15 @@ def test_embed_matches_model_outputs(tiny_dir, text_file, tmp_path, output_type)
             assert got.dtype == np.float32
             assert got.shape == expected[i].shape
             np.testing.assert_allclose(got, expected[i], atol=1e-5, rtol=1e-5)
-            assert f["words"][i].decode().split() == tokenizer.tokenize(line)
+            assert f[str(i)].attrs["words"].split() == tokenizer.tokenize(line)
     assert sorted(os.listdir(tmp_path)) == ["input.txt", "out.hdf5"]  # no temporary files left
 
 
 def test_embed_layers_shape_is_original_dump_format(tiny_dir, text_file, tmp_path):
     out = tmp_path / "out.hdf5"
-    assert run_cli("embed", text_file, "-o", out, "--model", tiny_dir, "--no-progress") == 0
+    assert run_cli("embed", text_file, "-o", out, "--model", tiny_dir, "--disable_tqdm") == 0
     with h5py.File(out, "r") as f:
+        assert f.attrs["output_type"] == "all"  # the default
         assert f["0"].shape == (3, 7, 16)  # (layers, words, dim): "The cat sat on the mat ."
         assert f["1"].shape == (3, 0, 16)  # an empty line is a sentence of zero words
 
@@ -105,14 +111,15 @@ def test_embed_raw_text_from_stdin(tiny_dir, tmp_path, monkeypatch):
     text = "Mr. Smith went to Washington. He saw the U.S. Capitol!\nIt was big.\n\nA new paragraph? Yes."
     monkeypatch.setattr(sys, "stdin", io.StringIO(text))
     out = tmp_path / "raw.hdf5"
-    assert run_cli("embed", "--raw", "-o", out, "--model", tiny_dir, "--no-progress", "--output-type", "elmo") == 0
+    assert run_cli("embed", "--raw", "-o", out, "--model", tiny_dir, "--disable_tqdm", "--output_type", "elmo") == 0
     sentences = ["Mr. Smith went to Washington.", "He saw the U.S. Capitol!", "It was big.", "A new paragraph?", "Yes."]
     expected = reference(tiny_dir, sentences, "elmo")
     with h5py.File(out, "r") as f:
         assert f.attrs["input_format"] == "raw"
-        assert [w.decode() for w in f["words"][()]] == [
+        assert [f[str(i)].attrs["words"] for i in range(5)] == [
             "Mr. Smith went to Washington .", "He saw the U.S. Capitol !", "It was big .", "A new paragraph ?", "Yes .",
         ]  # fmt: skip
+        assert json.loads(f["sentence_to_index"][0]) == {s: str(i) for i, s in enumerate(sentences)}
         for i, value in enumerate(expected):
             np.testing.assert_allclose(f[str(i)][()], value, atol=1e-5, rtol=1e-5)
 
@@ -143,7 +150,7 @@ def test_embed_errors_say_what_to_do(tiny_dir, text_file, tmp_path, capsys, monk
     assert run_cli("embed", text_file, "-o", out, "--model", tiny_dir) == 1
     assert "--overwrite" in capsys.readouterr().err
     assert out.read_bytes() == b"keep me"
-    assert run_cli("embed", text_file, "-o", out, "--output-type", "words") == 2  # argparse usage error
+    assert run_cli("embed", text_file, "-o", out, "--output_type", "words") == 2  # argparse usage error
     capsys.readouterr()
     # no --model and no demo model: a clear error naming the fix
     monkeypatch.setattr(cli, "DEMO_MODEL_DIR", tmp_path / "no-demo")
@@ -158,7 +165,7 @@ def test_failed_embed_leaves_no_file(tiny_dir, tmp_path, capsys):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"A fine line .\n" * 5 + b"\xff\xfe not UTF-8\n")
     out = tmp_path / "out.hdf5"
-    assert run_cli("embed", bad, "-o", out, "--model", tiny_dir, "--no-progress") == 1
+    assert run_cli("embed", bad, "-o", out, "--model", tiny_dir, "--disable_tqdm") == 1
     assert "not UTF-8" in capsys.readouterr().err
     assert sorted(os.listdir(tmp_path)) == ["bad.txt"]
 
@@ -166,7 +173,7 @@ def test_failed_embed_leaves_no_file(tiny_dir, tmp_path, capsys):
 def test_embed_overwrite(tiny_dir, text_file, tmp_path):
     out = tmp_path / "out.hdf5"
     out.write_bytes(b"old")
-    assert run_cli("embed", text_file, "-o", out, "--model", tiny_dir, "--overwrite", "--no-progress") == 0
+    assert run_cli("embed", text_file, "-o", out, "--model", tiny_dir, "--overwrite", "--disable_tqdm") == 0
     with h5py.File(out, "r") as f:
         assert f.attrs["num_sentences"] == len(LINES)
 
@@ -184,24 +191,28 @@ def test_embed_two_processes_equals_one(tiny_dir, tmp_path):
     text = tmp_path / "input.txt"
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")
     single, merged = tmp_path / "single.hdf5", tmp_path / "merged.hdf5"
-    assert run_cli("embed", text, "-o", single, "--model", tiny_dir, "--no-progress") == 0
+    text.write_text("\n".join(lines + [LINES[0]]) + "\n", encoding="utf-8")  # a repeated line
+    lines.append(LINES[0])
+    assert run_cli("embed", text, "-o", single, "--model", tiny_dir, "--disable_tqdm") == 0
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
     command = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_port", str(_free_port()),
         "-m", "modeling_elmo.commands.cli", "embed", str(text), "-o", str(merged), "--model", str(tiny_dir),
-        "--batch-size", "4", "--no-progress",
+        "--batch_size", "4", "--disable_tqdm",
     ]  # fmt: skip
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "from 2 processes" in result.stderr
     assert sorted(os.listdir(tmp_path)) == ["input.txt", "merged.hdf5", "single.hdf5"]  # parts deleted
     with h5py.File(single, "r") as a, h5py.File(merged, "r") as b:
-        assert sorted(a) == sorted(b)
-        assert list(a["words"][()]) == list(b["words"][()])
+        assert sorted(a) == sorted(b) == sorted([str(i) for i in range(len(lines))] + ["sentence_to_index"])
+        assert json.loads(b["sentence_to_index"][0]) == json.loads(a["sentence_to_index"][0])
+        assert json.loads(b["sentence_to_index"][0])[LINES[0]] == str(len(lines) - 1)  # the last of the two
         assert b.attrs["num_sentences"] == len(lines)
         for i in range(len(lines)):
+            assert b[str(i)].attrs["words"] == a[str(i)].attrs["words"]
             np.testing.assert_allclose(b[str(i)][()], a[str(i)][()], atol=1e-6, rtol=1e-6)
 
 
@@ -376,7 +387,7 @@ def test_readme_elmo_examples_run(fixture_dir, tmp_path, monkeypatch, capsys):
         argv = shlex.split(command)
         assert argv[0] == "elmo", line
         monkeypatch.setattr(sys, "stdin", stdin)
-        code = cli.main([*argv[1:], "--no-progress"] if argv[1] == "embed" else argv[1:])
+        code = cli.main([*argv[1:], "--disable_tqdm"] if argv[1] == "embed" else argv[1:])
         captured = capsys.readouterr()
         assert code == 0, f"{line}\n{captured.out}\n{captured.err}"
         ran += 1
@@ -384,4 +395,4 @@ def test_readme_elmo_examples_run(fixture_dir, tmp_path, monkeypatch, capsys):
     with h5py.File(tmp_path / "vectors.hdf5", "r") as f:
         assert f["0"].shape == (32,)  # the fixture model: 2 * projection_dim 16
     with h5py.File(tmp_path / "cat.hdf5", "r") as f:
-        assert f["words"][0].decode() == "The cat sat on the mat ."
+        assert f["0"].attrs["words"] == "The cat sat on the mat ."

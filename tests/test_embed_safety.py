@@ -6,6 +6,7 @@ full disk); the tiny random model of ``tests/test_cli.py``.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import signal
@@ -34,7 +35,7 @@ def corpus(path: Path, n: int) -> Path:
 
 def embed_command(tiny_dir: Path, *args) -> list[str]:
     return [sys.executable, "-m", "modeling_elmo.commands.cli", "embed", "--model", str(tiny_dir), "--device", "cpu",
-            "--no-progress", *map(str, args)]  # fmt: skip
+            "--disable_tqdm", *map(str, args)]  # fmt: skip
 
 
 def hidden_files(folder: Path) -> list[str]:
@@ -57,7 +58,8 @@ def wait_for_partial(folder: Path, name: str, process: subprocess.Popen, timeout
 def assert_complete(path: Path, sentences: int) -> None:
     with h5py.File(path, "r") as f:
         assert f.attrs["num_sentences"] == sentences
-        assert len(f["words"]) == sentences
+        assert sorted(f) == sorted([str(i) for i in range(sentences)] + ["sentence_to_index"])
+        assert max(int(i) for i in json.loads(f["sentence_to_index"][0]).values()) == sentences - 1
         assert f[str(sentences - 1)].shape[::2] == (3, 16)
 
 
@@ -159,7 +161,7 @@ def test_sigterm_while_writing_removes_the_partial_file(tiny_dir, tmp_path):
     text = corpus(tmp_path / "input.txt", 20000)
     folder = tmp_path / "out"
     folder.mkdir()
-    run = subprocess.Popen(embed_command(tiny_dir, text, "-o", folder / "out.hdf5", "--batch-size", "512"), env=ENV,
+    run = subprocess.Popen(embed_command(tiny_dir, text, "-o", folder / "out.hdf5", "--batch_size", "512"), env=ENV,
                            stderr=subprocess.PIPE, text=True)  # fmt: skip
     partial = wait_for_partial(folder, "out.hdf5", run)
     while run.poll() is None and partial.exists() and partial.stat().st_size < 500_000:
@@ -209,7 +211,7 @@ def test_next_run_removes_part_files_of_a_killed_multiprocess_run(tiny_dir, tmp_
     parts = [tmp_path / f".out.hdf5.embed-part{r}-of-2.tmp" for r in range(2)]
     for part in parts:
         part.write_bytes(b"")
-    assert cli.main(["embed", str(text), "-o", str(out), "--model", str(tiny_dir), "--no-progress"]) == 0
+    assert cli.main(["embed", str(text), "-o", str(out), "--model", str(tiny_dir), "--disable_tqdm"]) == 0
     assert not any(part.exists() for part in parts)
     assert_complete(out, 5)
 
@@ -230,7 +232,7 @@ _MEMORY_SCRIPT = textwrap.dedent(
         with open(text, "w") as f:
             f.writelines(f"w{i % 97} x{i % 13} y .\\n" for i in range(n))
         code = cli.main(["embed", text, "-o", f"{folder}/out{n}.hdf5", "--model", model, "--device", "cpu",
-                         "--no-progress", "--batch-size", "512", "--max-batch-words", "4096"])
+                         "--disable_tqdm", "--batch_size", "512", "--max_batch_words", "4096"])
         assert code == 0
         peaks.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     print(*peaks)
@@ -281,7 +283,7 @@ def test_embed_corpus_unordered_yields_each_sentence_once_with_the_same_values(t
 def test_embed_refuses_devices_it_cannot_run_on(tiny_dir, tmp_path, capsys, device):
     text = corpus(tmp_path / "input.txt", 3)
     assert cli.main(["embed", str(text), "-o", str(tmp_path / "out.hdf5"), "--model", str(tiny_dir),
-                     "--device", device, "--no-progress"]) == 1  # fmt: skip
+                     "--device", device, "--disable_tqdm"]) == 1  # fmt: skip
     err = capsys.readouterr().err
     assert err.startswith(f"error: --device {device!r} is not a device") and err.count("\n") == 1, err
     assert "use auto, cpu, cuda" in err

@@ -136,7 +136,7 @@ def test_embed_corpus_matches_the_model_in_input_order():
         expected = torch.stack([h[i, :n] for h in out.hidden_states]).numpy()
         assert layers.shape == expected.shape
         np.testing.assert_allclose(layers, expected, atol=1e-6)
-    means = dict(embed_corpus(model, TOKENIZER, lines, output="mean", progress=False))
+    means = dict(embed_corpus(model, TOKENIZER, lines, output="sentence_mean", progress=False))
     for i in range(len(lines)):
         n = int(enc["attention_mask"][i].sum())
         expected = out.elmo[i, :n].mean(0).numpy() if n else np.zeros(out.elmo.shape[-1])

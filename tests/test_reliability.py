@@ -520,7 +520,7 @@ _STREAM_SCRIPT = textwrap.dedent(
     small, large = int(sys.argv[1]) // 20, int(sys.argv[2]) // 20
     lines = (" ".join(f"w{(i * 7 + k) % 5000}" for k in range(20)) for i in range(large))
     total, checksum = 0, 0.0
-    for index, value in embed_corpus(model, tokenizer, lines, output="layers", chunk_size=512, progress=False):
+    for index, value in embed_corpus(model, tokenizer, lines, output="all", chunk_size=512, progress=False):
         assert index == total and value.shape == (3, 20, 16)
         total += 1
         checksum += float(value[0, 0, 0])

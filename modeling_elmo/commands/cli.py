@@ -38,7 +38,12 @@ from pathlib import Path
 from typing import TextIO
 
 DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
-OUTPUT_TYPES = ("layers", "elmo", "mean")
+# `elmo embed --output_type`: AllenNLP's three (same meanings as `allennlp elmo --all/--top/--average`), then this
+# package's two. Kept equal to modeling_elmo.utils.embedding_elmo.OUTPUTS (not imported: it imports torch).
+OUTPUT_TYPES = ("all", "top", "average", "elmo", "sentence_mean")
+# The old names, accepted with a note for one release.
+DEPRECATED_OUTPUT_TYPES = {"layers": "all", "mean": "sentence_mean"}
+DEFAULT_EMBED_OUTPUT = "elmo_embeddings.hdf5"
 # What `pip install "modeling-elmo[train]"` adds (pyproject.toml): the training commands import them.
 TRAIN_EXTRA = ("datasets", "accelerate", "seqeval")
 DELEGATED = {
@@ -390,6 +395,12 @@ def _create_hdf5(guard: _GuardedFile):
     return f
 
 
+# HDF5 names of the embed output besides the sentences' "0", "1"...: AllenNLP's index of sentences, and the list
+# of sentences that a part file of a multi-process run holds instead (the merge turns it into the index).
+SENTENCE_TO_INDEX = "sentence_to_index"
+_PART_SENTENCES = "sentences"
+
+
 def _write_sentences(
     path: str,
     model,
@@ -402,19 +413,41 @@ def _write_sentences(
     total: int | None,
     attrs: dict,
     label: str | None = None,
+    tokenized: bool = False,
+    sentence_index: str = "json",
+    embed=None,
 ) -> int:
-    """Embed ``sentences`` into a new HDF5 file ``path``: datasets ``"0"``, ``"1"``... and ``words``.
+    """Embed ``sentences`` into a new HDF5 file ``path``, in the layout of AllenNLP's ``allennlp elmo``.
 
-    Streams: the words go to the file 1024 sentences at a time as they are read, and each batch's vectors as
-    soon as the batch is done (datasets are named by sentence index, so their order of creation does not
-    matter), so the memory depends on neither the corpus size nor the chunk size. A failed write (full disk)
-    stops the run at once with a [`CliError`] naming ``label`` (default ``path``); the caller deletes ``path``.
+    The file holds a float32 dataset ``str(i)`` for sentence ``i`` (0-based; its shape follows ``output_type``,
+    see [`embed_corpus`]) whose attribute ``words`` is the sentence's words joined by single spaces, and:
+
+    - ``sentence_index="json"``: AllenNLP's ``sentence_to_index``, a ``(1,)`` string dataset holding the JSON text
+      ``{sentence: "i"}`` (the sentence is the stripped line; a repeated sentence maps to its last index, as
+      AllenNLP's dict did). It holds every distinct sentence in memory until the end.
+    - ``"list"``: a string dataset ``sentences`` with every sentence in input order (the part files of a
+      multi-process run; [`_merge_parts`] turns them into ``sentence_to_index``).
+    - ``"none"``: neither (``--forget_sentences``, as AllenNLP's ``--forget-sentences``).
+
+    Args:
+        tokenized: split each sentence on whitespace only (``str.split``: the user's tokens, as AllenNLP and
+            flair read lines), instead of with ``tokenizer``.
+        embed: ``embed(word_lists) -> iterator of (index, array)``, indices counted from 0 in input order, for
+            callers that batch themselves (the stateful AllenNLP-compatible embedder); default [`embed_corpus`]
+            in length-bucketed batches.
+
+    Streams: each batch's vectors go to the file as soon as the batch is done (datasets are named by sentence
+    index, so their order of creation does not matter); only the words of sentences read but not yet embedded
+    (one chunk) are held, and with ``"json"`` the index of sentences. A failed write (full disk) stops the run
+    at once with a [`CliError`] naming ``label`` (default ``path``); the caller deletes ``path``.
     """
     import h5py
     import numpy as np
 
     from ..utils.embedding_elmo import embed_corpus
 
+    if sentence_index not in ("json", "list", "none"):
+        raise ValueError(f"sentence_index must be 'json', 'list' or 'none', got {sentence_index!r}")
     guard = _GuardedFile(path, label or path)
     try:
         with _HDF5_CALL:
@@ -422,48 +455,63 @@ def _write_sentences(
         try:
             with _HDF5_CALL:
                 f.attrs.update(attrs)
-                words_ds = f.create_dataset(
-                    "words", shape=(0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(1024,)
-                )
+                if sentence_index == "list":
+                    listed = f.create_dataset(
+                        _PART_SENTENCES, shape=(0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(1024,)
+                    )
             block: list[str] = []
+            index_of: dict[str, str] = {}
+            pending_words: dict[int, str] = {}  # read, not yet embedded
 
             def flush() -> None:
                 with _HDF5_CALL:
-                    words_ds.resize((words_ds.shape[0] + len(block),))
-                    words_ds[-len(block) :] = np.array(block, dtype=object)
+                    listed.resize((listed.shape[0] + len(block),))
+                    listed[-len(block) :] = np.array(block, dtype=object)
                 block.clear()
                 guard.check()
 
             def words_of_each() -> Iterator[list[str]]:
-                for sentence in sentences:
-                    words = tokenizer.tokenize(sentence.strip())
-                    block.append(" ".join(words))
-                    if len(block) == 1024:
-                        flush()
+                for index, sentence in enumerate(sentences):
+                    sentence = sentence.strip()
+                    words = sentence.split() if tokenized else tokenizer.tokenize(sentence)
+                    pending_words[index] = " ".join(words)
+                    if sentence_index == "json":
+                        index_of[sentence] = str(index)
+                    elif sentence_index == "list":
+                        block.append(sentence)
+                        if len(block) == 1024:
+                            flush()
                     yield words
 
+            if embed is None:
+                results = embed_corpus(
+                    model,
+                    tokenizer,
+                    words_of_each(),
+                    output=output_type,
+                    batch_size=batch_size,
+                    max_batch_words=max_batch_words,
+                    is_split_into_words=True,
+                    progress=progress,
+                    total=total,
+                    ordered=False,
+                )
+            else:
+                results = embed(words_of_each())
             count = 0
-            results = embed_corpus(
-                model,
-                tokenizer,
-                words_of_each(),
-                output=output_type,
-                batch_size=batch_size,
-                max_batch_words=max_batch_words,
-                is_split_into_words=True,
-                progress=progress,
-                total=total,
-                ordered=False,
-            )
             for index, array in results:
                 with _HDF5_CALL:
-                    f.create_dataset(str(index), data=array.astype(np.float32, copy=False))
+                    dataset = f.create_dataset(str(index), data=array.astype(np.float32, copy=False))
+                    dataset.attrs["words"] = pending_words.pop(index)
                 guard.check()
                 count += 1
             if block:
                 flush()
             with _HDF5_CALL:
                 f.attrs["num_sentences"] = count
+                if sentence_index == "json":
+                    _write_sentence_to_index(f, index_of)
+            guard.check()
         finally:
             with _HDF5_CALL:
                 f.close()  # HDF5 saw no failed write, so this closes cleanly even after one
@@ -473,11 +521,22 @@ def _write_sentences(
     return count
 
 
+def _write_sentence_to_index(f, index_of: dict[str, str]) -> None:
+    """AllenNLP's ``sentence_to_index``: a ``(1,)`` variable-length string dataset holding ``json.dumps`` of
+    ``{sentence: "i"}``; read it with ``json.loads(f["sentence_to_index"][0])``."""
+    import json
+
+    import h5py
+
+    dataset = f.create_dataset(SENTENCE_TO_INDEX, shape=(1,), dtype=h5py.string_dtype())
+    dataset[0] = json.dumps(index_of)
+
+
 def _merge_parts(parts: list[str], path: str, label: str | None = None) -> int:
     """Interleave part files into ``path``, in input order: dataset ``"k"`` of part ``r`` is sentence
-    ``k * world + r`` (process ``r`` embedded sentences ``r, r + world, ...`` and numbered them 0, 1, ...)."""
+    ``k * world + r`` (process ``r`` embedded sentences ``r, r + world, ...`` and numbered them 0, 1, ...).
+    The parts' ``sentences`` lists become one ``sentence_to_index``."""
     import h5py
-    import numpy as np
 
     world = len(parts)
     handles = [h5py.File(p, "r") for p in parts]
@@ -492,16 +551,16 @@ def _merge_parts(parts: list[str], path: str, label: str | None = None) -> int:
                 attrs["num_sentences"] = total
                 with _HDF5_CALL:
                     out.attrs.update(attrs)
-                    words = out.create_dataset("words", shape=(total,), dtype=h5py.string_dtype())
-                for start in range(0, total, 1024):
-                    stop = min(start + 1024, total)
-                    block = [handles[i % world]["words"][i // world] for i in range(start, stop)]
-                    with _HDF5_CALL:
-                        words[start:stop] = np.array(block, dtype=object)
-                    guard.check()
                 for i in range(total):
-                    with _HDF5_CALL:
+                    with _HDF5_CALL:  # with its attribute "words"
                         handles[i % world].copy(str(i // world), out, name=str(i))
+                    guard.check()
+                if all(_PART_SENTENCES in h for h in handles):
+                    # The index holds every distinct sentence anyway: read the lists whole, insert in input order.
+                    listed = [h[_PART_SENTENCES].asstr()[()] for h in handles]
+                    index_of = {str(listed[i % world][i // world]): str(i) for i in range(total)}
+                    with _HDF5_CALL:
+                        _write_sentence_to_index(out, index_of)
                     guard.check()
             finally:
                 with _HDF5_CALL:
@@ -648,9 +707,26 @@ def run_embed(args: argparse.Namespace) -> int:
     world = int(os.environ.get("WORLD_SIZE", "1") or 1)
     rank = int(os.environ.get("RANK", "0") or 0)
     local_rank = int(os.environ.get("LOCAL_RANK", str(rank)) or 0)
+    if args.output_file is not None:  # AllenNLP's order: elmo embed INPUT OUTPUT
+        if args.output is not None:
+            raise CliError(f"two outputs: {args.output_file} and --output {args.output}; give one")
+        args.output = args.output_file
+    if args.output is None:
+        args.output = DEFAULT_EMBED_OUTPUT
+    if args.output_type in DEPRECATED_OUTPUT_TYPES:
+        new = DEPRECATED_OUTPUT_TYPES[args.output_type]
+        if rank == 0:
+            print(
+                f"elmo embed: note: --output_type {args.output_type} is deprecated and will be removed in the next "
+                f"release; use --output_type {new}",
+                file=sys.stderr,
+            )
+        args.output_type = new
     output = args.output
     if args.batch_size < 1 or args.max_batch_words < 1:
-        raise CliError("--batch-size and --max-batch-words must be positive")
+        raise CliError(
+            f"--batch_size and --max_batch_words must be positive, got {args.batch_size} and {args.max_batch_words}"
+        )
     if os.path.isdir(output):
         raise CliError(f"--output {output} is a folder; give a file name such as out.hdf5")
     if not os.path.isdir(os.path.dirname(os.path.abspath(output))):
@@ -690,8 +766,10 @@ def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
     """Embed this process's share of the input into ``path``; returns the number of sentences."""
     device = resolve_device(args.device, local_rank)
     tokenizer, model = load_model(args.model, device)
-    if args.output_type != "layers" and not model.config.num_output_representations:
-        raise CliError(f"--output-type {args.output_type} needs a scalar mix; this model has none (use layers)")
+    if args.output_type not in ("all", "top", "average") and not model.config.num_output_representations:
+        raise CliError(
+            f"--output_type {args.output_type} needs a scalar mix; this model has none (use all, top or average)"
+        )
     stream = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
     total = None
     if args.input != "-" and not args.raw:
@@ -702,7 +780,7 @@ def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
         "model": describe_model(args.model),
         "num_layers": model.config.n_layers + 1,
         "dim": 2 * model.config.projection_dim,
-        "input_format": "raw" if args.raw else "lines",
+        "input_format": "raw" if args.raw else "tokenized" if args.tokenized else "lines",
     }
     try:
         sentences = read_sentences(stream, args.raw)
@@ -716,10 +794,12 @@ def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
             args.output_type,
             args.batch_size,
             args.max_batch_words,
-            progress=not args.no_progress and rank == 0,
+            progress=not args.disable_tqdm and rank == 0,
             total=total,
             attrs=attrs,
             label=args.output,
+            tokenized=args.tokenized,
+            sentence_index="none" if args.forget_sentences else "list" if world > 1 else "json",
         )
     except UnicodeDecodeError as err:
         raise CliError(f"{args.input} is not UTF-8 text ({err}); convert it, e.g. with iconv") from err
@@ -937,6 +1017,53 @@ def run_delegated(command: str, argv: list[str]) -> int:
     return code if isinstance(code, int) else 1
 
 
+class _HiddenAlias(argparse.Action):
+    """A hidden spelling of another flag: stores into that flag's destination and prints a note on stderr."""
+
+    def __init__(self, option_strings, dest, new: str, why: str, shown: str, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new, self.why, self.shown = new, why, shown
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: note: {option_string} is {self.why}; use {self.shown}", file=sys.stderr)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def _hidden_alias(
+    parser: argparse.ArgumentParser,
+    old: str,
+    new: str,
+    const=None,
+    why: str = "deprecated and will be removed in the next release",
+    shown: str | None = None,
+    **kwargs,
+) -> None:
+    """Accept ``old`` as a spelling of ``new`` without showing it in ``--help`` (a switch when ``const`` is given)."""
+    dest = new.lstrip("-").replace("-", "_")
+    extra = {"nargs": 0, "const": const} if const is not None else {}
+    parser.add_argument(
+        old,
+        dest=dest,
+        action=_HiddenAlias,
+        new=new,
+        why=why,
+        shown=shown or new,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+        **extra,
+        **kwargs,
+    )
+
+
+def _cuda_device(value: str) -> str:
+    """AllenNLP's ``--cuda-device N`` as a ``--device``: -1 is the CPU."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a GPU number (-1 for the CPU), got {value!r}") from None
+    return "cpu" if number < 0 else f"cuda:{number}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="elmo",
@@ -955,43 +1082,86 @@ def build_parser() -> argparse.ArgumentParser:
         "embed",
         help="embed sentences from a text file or stdin into an HDF5 file",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="""Embed text into an HDF5 file of ELMo vectors.
+        description="""Embed text into an HDF5 file of ELMo vectors, in the layout of AllenNLP's `allennlp elmo`.
 
-Input: one sentence per line (default; line i is dataset "i", empty lines give sentences of zero
-words), or with --raw free text: paragraphs (separated by blank lines) split into sentences at . ! ?
+Input: one sentence per line (line i is sentence i; an empty line is a sentence of zero words). Each line is
+split into words by the model's tokenizer (punctuation split off, as the released models were trained), or
+with --tokenized on whitespace only, keeping your tokens (`I do n't know .` stays 5 words), as AllenNLP and
+flair read lines. With --raw: free text, paragraphs (separated by blank lines) split into sentences at . ! ?
 followed by a capitalised word (simple rules; abbreviations such as Mr. and e.g. do not end a sentence).
-Each sentence is split into words by the model's tokenizer.
 
-Output (HDF5), dataset str(i) for sentence i (0-based), float32:
-  layers: (L + 1, words, 2P), all biLM layers, the original "dump biLM embeddings" layout
-  elmo:   (words, 2P), the model's scalar mix (untrained: the mean of the layers)
-  mean:   (2P,), the mean of the ELMo vectors over the words (zeros for an empty sentence)
-plus a dataset "words": row i is sentence i's words joined by single spaces (.split() gives them back),
-and file attributes output_type, model, num_layers, dim, num_sentences, input_format.
+Output (HDF5), beside AllenNLP's `allennlp elmo` file, point by point:
+  dataset str(i), float32, for sentence i (0-based)  same names, same dtype
+    all:     (L + 1, words, 2P), every biLM layer     = AllenNLP --all (the default here; AllenNLP had none)
+    top:     (words, 2P), the last LSTM layer         = AllenNLP --top
+    average: (words, 2P), mean of the L + 1 layers    = AllenNLP --average (mean over layers, per word)
+    elmo:    (words, 2P), the model's scalar mix      (not in AllenNLP; untrained mix: equal weights)
+    sentence_mean: (2P,), mean of the ELMo vectors over the words, zeros for no words  (not in AllenNLP)
+  dataset sentence_to_index, shape (1,), a string    same: json.loads(f["sentence_to_index"][0]) gives
+    holding the JSON {sentence: "i"}                 {stripped line: str(i)}; a repeated line maps to its
+                                                     last index; --forget_sentences leaves it out (as
+                                                     AllenNLP's --forget-sentences)
+  attribute "words" of each sentence's dataset:      not in AllenNLP (there, the words are line.split())
+    its words joined by single spaces
+  file attributes output_type, model, num_layers,    not in AllenNLP
+    dim, num_sentences, input_format
+  empty lines: sentences of zero words, (L + 1, 0, 2P)  AllenNLP refused a file with empty lines
+AllenNLP's `allennlp elmo IN OUT --top` is `elmo embed IN OUT --tokenized --output_type top` (--all, --top and
+--average are accepted too); its --use-sentence-keys is not supported. The old names --output_type layers and
+mean still work (= all, sentence_mean), with a note.
 
-The file is written under a temporary name (.OUT.embed-partial-PID.tmp) and renamed when complete: a failed,
-interrupted (Ctrl-C) or terminated (SIGTERM) run leaves no file, and a run removes the partial files that killed
-runs (SIGKILL) left for the same output. A full disk stops the run at the first failed write. A run holds a lock
-on OUT (.OUT.embed.lock) until it ends: a second run to the same OUT is refused, with or without --overwrite, and
-without --overwrite a file that appears at OUT during the run is never replaced.
+Sentences are batched by length (--batch_size, --max_batch_words). The file is written under a temporary name
+(.OUT.embed-partial-PID.tmp) and renamed when complete: a failed, interrupted (Ctrl-C) or terminated (SIGTERM)
+run leaves no file, and a run removes the partial files that killed runs (SIGKILL) left for the same output. A
+full disk stops the run at the first failed write. A run holds a lock on OUT (.OUT.embed.lock) until it ends: a
+second run to the same OUT is refused, with or without --overwrite, and without --overwrite a file that appears
+at OUT during the run is never replaced. sentence_to_index holds every distinct sentence in memory until the
+end; for corpora larger than memory, pass --forget_sentences.
 Several processes: accelerate launch --multi_gpu --num_processes N -m modeling_elmo.commands.cli embed FILE -o OUT
 (also on CPU; or torchrun --nproc_per_node N -m modeling_elmo.commands.cli embed ...). Each process embeds every
 N-th sentence into a part file; process 0 merges them in input order and deletes the parts.""",
     )
     embed.add_argument("input", nargs="?", default="-", help="UTF-8 text file; - or nothing reads stdin")
     embed.add_argument(
-        "-o", "--output", default="elmo_embeddings.hdf5", help="HDF5 file to write (default: %(default)s)"
+        "output_file",
+        nargs="?",
+        metavar="output",
+        help=f"HDF5 file to write, as AllenNLP's second argument (or -o; default: {DEFAULT_EMBED_OUTPUT})",
     )
-    embed.add_argument("--output-type", choices=OUTPUT_TYPES, default="layers", help="what to store (default: layers)")
-    embed.add_argument("--raw", action="store_true", help="input is free text to split into sentences")
+    embed.add_argument("-o", "--output", help="HDF5 file to write (the same as the second argument)")
+    embed.add_argument(
+        "--output_type",
+        choices=OUTPUT_TYPES + tuple(DEPRECATED_OUTPUT_TYPES),
+        metavar="{" + ",".join(OUTPUT_TYPES) + "}",
+        default="all",
+        help="what to store per sentence (default: all; see the table above)",
+    )
+    for name in ("all", "top", "average"):  # AllenNLP's switches for the same outputs
+        embed.add_argument(f"--{name}", dest="output_type", action="store_const", const=name, help=argparse.SUPPRESS)
+    lines = embed.add_mutually_exclusive_group()
+    lines.add_argument("--tokenized", action="store_true", help="lines are tokenized: split on whitespace only")
+    lines.add_argument("--raw", action="store_true", help="input is free text to split into sentences")
     embed.add_argument("--model", help="model folder or Hub id (default: the bundled demo model)")
     embed.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1, mps")
-    embed.add_argument("--batch-size", type=int, default=64, help="most sentences per batch (default: %(default)s)")
+    embed.add_argument("--batch_size", type=int, default=64, help="most sentences per batch (default: %(default)s)")
     embed.add_argument(
-        "--max-batch-words", type=int, default=4096, help="most padded word slots per batch (default: %(default)s)"
+        "--max_batch_words", type=int, default=4096, help="most padded word slots per batch (default: %(default)s)"
     )
     embed.add_argument("--overwrite", action="store_true", help="replace an existing output file")
-    embed.add_argument("--no-progress", action="store_true", help="no progress bar")
+    embed.add_argument(
+        "--forget_sentences", action="store_true", help="write no sentence_to_index (AllenNLP's --forget-sentences)"
+    )
+    # A switch (the training commands' --disable_tqdm also takes a value; here that would swallow the input file).
+    embed.add_argument("--disable_tqdm", action="store_true", help="no progress bar (as in the training commands)")
+    # The old dashed spellings (and AllenNLP's): hidden, each with a note.
+    _hidden_alias(embed, "--output-type", "--output_type", choices=OUTPUT_TYPES + tuple(DEPRECATED_OUTPUT_TYPES))
+    _hidden_alias(embed, "--batch-size", "--batch_size", type=int)
+    _hidden_alias(embed, "--max-batch-words", "--max_batch_words", type=int)
+    _hidden_alias(embed, "--no-progress", "--disable_tqdm", const=True)
+    _hidden_alias(embed, "--forget-sentences", "--forget_sentences", const=True, why="AllenNLP's spelling")
+    _hidden_alias(
+        embed, "--cuda-device", "--device", type=_cuda_device, why="AllenNLP's spelling", shown="--device cuda:N"
+    )
     embed.set_defaults(func=run_embed)
 
     similar = sub.add_parser(

@@ -16,13 +16,19 @@ outputs is held: the memory then depends on neither the corpus size nor the chun
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-OUTPUTS = ("layers", "elmo", "mean")
+# AllenNLP's three (``allennlp elmo --all/--top/--average``, same meanings), then this package's two.
+OUTPUTS = ("all", "top", "average", "elmo", "sentence_mean")
+# The names before AllenNLP's were adopted: still accepted, with a FutureWarning.
+DEPRECATED_OUTPUTS = {"layers": "all", "mean": "sentence_mean"}
+# The outputs read straight off the biLM layers (no scalar mix needed).
+LAYER_OUTPUTS = ("all", "top", "average")
 
 
 def _batches(lengths: list[int], batch_size: int, max_batch_words: int) -> Iterator[list[int]]:
@@ -39,12 +45,27 @@ def _batches(lengths: list[int], batch_size: int, max_batch_words: int) -> Itera
         yield batch
 
 
-@torch.inference_mode()
+def resolve_output(output: str) -> str:
+    """``output`` checked against [`OUTPUTS`]; an old name (``"layers"``, ``"mean"``) becomes the new one with a
+    ``FutureWarning``."""
+    if output in DEPRECATED_OUTPUTS:
+        new = DEPRECATED_OUTPUTS[output]
+        warnings.warn(
+            f"output={output!r} is deprecated and will be removed in the next release; use output={new!r}",
+            FutureWarning,
+            stacklevel=3,
+        )
+        return new
+    if output not in OUTPUTS:
+        raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+    return output
+
+
 def embed_corpus(
     model,
     tokenizer,
     sentences: Iterable[str | list[str]],
-    output: str = "layers",
+    output: str = "all",
     batch_size: int = 32,
     max_batch_words: int = 2048,
     chunk_size: int = 4096,
@@ -60,10 +81,13 @@ def embed_corpus(
         tokenizer: its [`ElmoTokenizer`].
         sentences: raw text lines (split by the tokenizer) or lists of words. Lines are stripped;
             an empty line is a sentence of zero words.
-        output: ``"layers"``: ``(L + 1, words, 2P)``, all biLM layers (the original's
-            "dump biLM embeddings" layout); ``"elmo"``: ``(words, 2P)``, the model's first scalar
-            mix; ``"mean"``: ``(2P,)``, the mask-aware mean of the ELMo vectors over the words
-            (TF-Hub's ``default`` sentence vector; zeros for an empty sentence).
+        output: AllenNLP's three, with its meanings: ``"all"``: ``(L + 1, words, 2P)``, every biLM layer (the
+            original's "dump biLM embeddings" layout); ``"top"``: ``(words, 2P)``, the last LSTM layer;
+            ``"average"``: ``(words, 2P)``, the mean of the ``L + 1`` layers, word by word. Then this package's:
+            ``"elmo"``: ``(words, 2P)``, the model's first scalar mix; ``"sentence_mean"``: ``(2P,)``, the
+            mean of the ELMo vectors over the words (TF-Hub's ``default`` sentence vector; zeros for an empty
+            sentence). The old names ``"layers"`` (= ``"all"``) and ``"mean"`` (= ``"sentence_mean"``) still
+            work, with a ``FutureWarning``.
         batch_size: most sentences per batch.
         max_batch_words: most padded word slots (sentences x longest sentence) per batch; a
             longer sentence runs alone.
@@ -76,15 +100,36 @@ def embed_corpus(
             yields every batch's outputs when the batch is done: each index still comes exactly once, and a
             chunk is complete before the next one starts, but within a chunk the order is by length.
     """
-    if output not in OUTPUTS:
-        raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
-    if output != "layers" and not model.config.num_output_representations:
+    output = resolve_output(output)
+    if output not in LAYER_OUTPUTS and not model.config.num_output_representations:
         raise ValueError(f"output={output!r} needs a scalar mix; the model has num_output_representations=0")
     for name, value in (("batch_size", batch_size), ("max_batch_words", max_batch_words), ("chunk_size", chunk_size)):
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if total is None and hasattr(sentences, "__len__"):
         total = len(sentences)
+    # Checked above at the call, not at the first next(); the work is done by the generator below.
+    return _embed_chunks(
+        model, tokenizer, sentences, output, batch_size, max_batch_words, chunk_size, is_split_into_words, progress,
+        total, ordered,
+    )  # fmt: skip
+
+
+@torch.inference_mode()
+def _embed_chunks(
+    model,
+    tokenizer,
+    sentences: Iterable[str | list[str]],
+    output: str,
+    batch_size: int,
+    max_batch_words: int,
+    chunk_size: int,
+    is_split_into_words: bool | None,
+    progress: bool,
+    total: int | None,
+    ordered: bool,
+) -> Iterator[tuple[int, np.ndarray]]:
+    """The generator of [`embed_corpus`], on checked arguments."""
     device = model.device
     bar = tqdm(total=total, unit="sent", desc="Embedding", disable=not progress)
     iterator = iter(sentences)
@@ -103,15 +148,23 @@ def embed_corpus(
             for batch in _batches([len(w) for w in words], batch_size, max_batch_words):
                 encoded = tokenizer.pad({"input_ids": [words[i] for i in batch]}, return_tensors="pt")
                 inputs = {k: v.to(device) for k, v in encoded.items()}
-                out = model(**inputs, output_hidden_states=output == "layers")
+                out = model(**inputs, output_hidden_states=output in LAYER_OUTPUTS)
+                if output == "all":
+                    per_row = torch.stack(out.hidden_states, dim=1)  # (B, L + 1, W, 2P)
+                elif output == "top":
+                    per_row = out.hidden_states[-1]  # (B, W, 2P)
+                elif output == "average":
+                    per_row = torch.stack(out.hidden_states).mean(dim=0)  # (B, W, 2P), as numpy.average(axis=0)
+                else:
+                    per_row = out.elmo  # (B, W, 2P)
                 for row, i in enumerate(batch):
                     n = len(words[i])
-                    if output == "layers":
-                        value = torch.stack([layer[row, :n] for layer in out.hidden_states])
-                    elif output == "elmo":
-                        value = out.elmo[row, :n]
+                    if output == "all":
+                        value = per_row[row, :, :n]
+                    elif output == "sentence_mean":  # padding is exactly zero: the masked mean
+                        value = per_row[row, :n].mean(dim=0) if n else per_row.new_zeros(per_row.shape[-1])
                     else:
-                        value = out.elmo[row, :n].mean(dim=0) if n else out.elmo.new_zeros(out.elmo.shape[-1])
+                        value = per_row[row, :n]
                     value = value.float().cpu().numpy()
                     if ordered:
                         results[i] = value
@@ -130,4 +183,4 @@ def embed_corpus(
         bar.close()
 
 
-__all__ = ["embed_corpus"]
+__all__ = ["OUTPUTS", "embed_corpus", "resolve_output"]
