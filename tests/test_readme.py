@@ -7,6 +7,8 @@ few sentences. Only these changes are made, each for a reason a user would not m
 - training commands get ``--max_steps 2`` (and small evaluation sets) appended: the README's budgets take hours;
 - loading the Hub id ``you/elmo-original`` loads the local folder instead, and ``HfApi.upload_folder`` records
   what it would upload (no network here; ``tests/test_hub.py`` tests ``push_to_hub`` at the HTTP boundary);
+- ``elmo download`` and ``download_released_model`` fetch from a local HTTP server that serves the fixture under the
+  released file names (``ELMO_DOWNLOAD_BASE_URL``), into a cache in the scratch folder (``ELMO_CACHE_DIR``);
 - launcher lines that need GPUs, several machines or stand for "the same flags" (``...``) are not run: their
   launcher must exist and their flags must parse.
 
@@ -125,6 +127,36 @@ def workspace(fixture_dir: Path, tmp_path_factory) -> Path:
     return work
 
 
+@pytest.fixture(scope="module")
+def download_server(fixture_dir: Path, tmp_path_factory):
+    """A local HTTP server holding the fixture under every released model's file names (no network here)."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from modeling_elmo.commands.download import RELEASED_MODELS
+
+    root = tmp_path_factory.mktemp("released")
+    for model in RELEASED_MODELS.values():
+        for source, name in (
+            (fixture_dir / "options.json", model.options),
+            (fixture_dir / "lm_weights.hdf5", model.weights),
+        ):
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, root / name)
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+    server.server_close()
+
+
 # --------------------------------------------------------------------------------------------------
 # Running shell commands
 
@@ -172,6 +204,8 @@ def run_shell_block(block: Block, work: Path) -> int:
             pytest.fail(f"{block}: no rule to run {argv[0]!r}; extend tests/test_readme.py")
         argv += TRAINING_BUDGET.get(_module(argv) or "", [])
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        if argv[1:2] == ["download"]:  # it fetches from the local server (download_server), never the Hub
+            env.pop("HF_HUB_OFFLINE")
         done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{block}: {line}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
         ran += 1
@@ -188,8 +222,11 @@ def run_python_block(block: Block, namespace: dict) -> None:
     exec(compile(code, str(block), "exec"), namespace)  # noqa: S102  (the README's own code)
 
 
-def test_every_readme_block_runs(workspace: Path, monkeypatch):
+def test_every_readme_block_runs(workspace: Path, download_server: str, monkeypatch):
     import huggingface_hub
+
+    monkeypatch.setenv("ELMO_DOWNLOAD_BASE_URL", download_server)
+    monkeypatch.setenv("ELMO_CACHE_DIR", str(workspace / "elmo-cache"))
 
     uploads: list[dict] = []
 
