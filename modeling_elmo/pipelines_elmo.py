@@ -19,7 +19,8 @@ How users reach it:
 - ``pipeline("token-classification", model=tagger, tokenizer=tokenizer)`` with this package imported: the package
   routes the task to this class for ELMo taggers (every other model still gets transformers' own class, see
   [`ElmoAwareTokenClassificationRouter`]);
-- ``pipeline("elmo-token-classification", model=folder_or_tagger)``, or ``pipeline_class=ElmoTokenClassificationPipeline``;
+- ``pipeline("elmo-token-classification", model=folder_or_tagger)``, or
+  ``pipeline_class=ElmoTokenClassificationPipeline``;
 - without the package, from a saved tagger folder: its config names this class in ``custom_pipelines``, so
   ``pipeline("token-classification", model=folder_or_repo, trust_remote_code=True)`` runs the folder's copy.
 

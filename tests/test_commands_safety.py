@@ -363,7 +363,7 @@ def test_batched_model_output_splits_by_sentence_as_pipelines_split_it():
     assert len(out.elmo_representations) == 2 and out["elmo_representations"][1] is not None
     unbatcher = PipelineIterator([], infer=None, params={}, loader_batch_size=len(SENTENCES))
     unbatcher._loader_batch_data, unbatcher._loader_batch_index = out, 0
-    for row, sentence in enumerate(SENTENCES):
+    for sentence in SENTENCES:
         piece = unbatcher.loader_batch_item()
         with torch.no_grad():
             alone = model(**TOKENIZER(sentence, return_tensors="pt"), return_lstm_state=True)
