@@ -363,7 +363,7 @@ def test_batched_model_output_splits_by_sentence_as_pipelines_split_it():
     assert len(out.elmo_representations) == 2 and out["elmo_representations"][1] is not None
     unbatcher = PipelineIterator([], infer=None, params={}, loader_batch_size=len(SENTENCES))
     unbatcher._loader_batch_data, unbatcher._loader_batch_index = out, 0
-    for sentence in SENTENCES:
+    for row, sentence in enumerate(SENTENCES):
         piece = unbatcher.loader_batch_item()
         with torch.no_grad():
             alone = model(**TOKENIZER(sentence, return_tensors="pt"), return_lstm_state=True)
@@ -373,10 +373,14 @@ def test_batched_model_output_splits_by_sentence_as_pipelines_split_it():
             torch.testing.assert_close(got[:, :words], expected, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(piece.elmo[:, :words], alone.elmo, atol=1e-5, rtol=1e-5)
         assert len(piece.hidden_states) == 3 and piece.hidden_states[0].shape[0] == 1
-        assert piece.lstm_state.num_rows == 1
+        assert piece.lstm_state.num_rows == 1 and out.lstm_state[row].num_rows == 1
         for (h, c), (h_alone, c_alone) in zip(piece.lstm_state.layers, alone.lstm_state.layers, strict=True):
             torch.testing.assert_close(h, h_alone, atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(c, c_alone, atol=1e-5, rtol=1e-5)
+    with pytest.raises(IndexError):
+        out.lstm_state[-1]
+    with pytest.raises(TypeError):  # rows past the end read as zeros: not a sequence to iterate
+        list(out.lstm_state)
 
 
 # ---------------------------------------------------------------------------------------------
