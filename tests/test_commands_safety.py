@@ -23,7 +23,7 @@ from test_reliability import (
 )
 from transformers import pipeline
 
-from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoTokenizer
+from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoModelOutput, ElmoTokenizer
 from modeling_elmo.training import train_lm, train_tagger
 from modeling_elmo.training.checkpoints import checkpoint_problem, newest_complete_checkpoint
 from modeling_elmo.training.train_tagger import build_word_vocab, predict_sentences
@@ -333,17 +333,54 @@ def test_elmo_feature_extraction_pipeline_batched_equals_one_by_one(vocab, how):
     assert extract("") == [[]] and extract(["", "a b"], batch_size=2)[0] == [[]]  # no words, no vectors
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the stock feature-extraction pipeline indexes ElmoModelOutput.elmo_representations (a tuple of mixes) "
-    "as if it were batch-first: needs a change of ElmoModel's output (model owner); use elmo-feature-extraction",
-)
-def test_stock_feature_extraction_pipeline_batched():
-    extract = pipeline("feature-extraction", model=MODEL, tokenizer=TOKENIZER)
-    two = extract(SENTENCES, batch_size=2)
-    for sentence, row_one, row_two in zip(SENTENCES, extract(SENTENCES), two, strict=True):
+@pytest.mark.parametrize("vocab", [False, True], ids=["default-tokenizer", "vocab-tokenizer"])
+def test_stock_feature_extraction_pipeline_batched(vocab):
+    """transformers' own feature-extraction pipeline, batched: its collation pads ``input_ids`` with the tokenizer's
+    ``pad_token_id`` (>= 262 with a vocabulary) and its unbatcher indexes every output field by sentence."""
+    tokenizer = ElmoTokenizer(vocab=BIG_VOCAB) if vocab else TOKENIZER
+    assert tokenizer.pad_token_id >= 262 or not vocab
+    extract = pipeline("feature-extraction", model=MODEL, tokenizer=tokenizer)
+    one, two = extract(SENTENCES, batch_size=1), extract(SENTENCES, batch_size=2)
+    with torch.no_grad():
+        alone = [MODEL(**TOKENIZER(sentence, return_tensors="pt")).elmo[0] for sentence in SENTENCES]
+    for sentence, expected, row_one, row_two in zip(SENTENCES, alone, one, two, strict=True):
         words = len(sentence.split())
-        torch.testing.assert_close(torch.tensor(row_two[0])[:words], torch.tensor(row_one[0]), atol=1e-5, rtol=1e-5)
+        batched = torch.tensor(row_two[0])
+        torch.testing.assert_close(torch.tensor(row_one[0]), expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(batched[:words], expected, atol=1e-5, rtol=1e-5)
+        assert not batched[words:].any()  # the stock pipeline keeps the batch's padding: zero vectors
+
+
+def test_batched_model_output_splits_by_sentence_as_pipelines_split_it():
+    """What the pipelines' unbatcher does to an ElmoModelOutput (index every field by the sentence's row), with
+    two mixes and a carried LSTM state: each piece is that sentence's output, mixes and state included."""
+    from transformers.pipelines.pt_utils import PipelineIterator
+
+    model = ElmoModel(MODEL.config, num_output_representations=2).eval()
+    batch = TOKENIZER(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**batch, output_hidden_states=True, return_lstm_state=True)
+    assert len(out.elmo_representations) == 2 and out["elmo_representations"][1] is not None
+    unbatcher = PipelineIterator([], infer=None, params={}, loader_batch_size=len(SENTENCES))
+    unbatcher._loader_batch_data, unbatcher._loader_batch_index = out, 0
+    for row, sentence in enumerate(SENTENCES):
+        piece = unbatcher.loader_batch_item()
+        with torch.no_grad():
+            alone = model(**TOKENIZER(sentence, return_tensors="pt"), return_lstm_state=True)
+        words = len(sentence.split())
+        assert isinstance(piece, ElmoModelOutput) and piece.mixes.shape[:2] == (1, 2)
+        for got, expected in zip(piece.elmo_representations, alone.elmo_representations, strict=True):
+            torch.testing.assert_close(got[:, :words], expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(piece.elmo[:, :words], alone.elmo, atol=1e-5, rtol=1e-5)
+        assert len(piece.hidden_states) == 3 and piece.hidden_states[0].shape[0] == 1
+        assert piece.lstm_state.num_rows == 1 and out.lstm_state[row].num_rows == 1
+        for (h, c), (h_alone, c_alone) in zip(piece.lstm_state.layers, alone.lstm_state.layers, strict=True):
+            torch.testing.assert_close(h, h_alone, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(c, c_alone, atol=1e-5, rtol=1e-5)
+    with pytest.raises(IndexError):
+        out.lstm_state[-1]
+    with pytest.raises(TypeError):  # rows past the end read as zeros: not a sequence to iterate
+        list(out.lstm_state)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -130,6 +130,68 @@ def test_probabilities_sum_to_one_over_all_paths():
         assert log_likelihood.exp().sum().item() == pytest.approx(1.0, abs=1e-9)
 
 
+# ---------------------------------------------------------------- marginals (forward-backward)
+
+
+def enumerated_marginals(crf, emissions_row, length, num_tags, allowed=None) -> torch.Tensor:
+    """``(length, K)`` tag marginals by summing ``exp(score - log Z)`` over every (allowed) path."""
+    scores = enumerate_paths(crf, emissions_row, length, allowed)
+    log_z = logsumexp(list(scores.values()))
+    marginals = torch.zeros(length, num_tags, dtype=torch.float64)
+    for path, score in scores.items():
+        for t, tag in enumerate(path):
+            marginals[t, tag] += math.exp(score - log_z)
+    return marginals
+
+
+@pytest.mark.parametrize("include_start_end", [True, False])
+def test_marginals_match_enumeration(include_start_end):
+    lengths = [4, 3, 1, 0, 2]
+    crf = make_crf(3, seed=21, include_start_end=include_start_end)
+    emissions, _, mask = make_batch(lengths, 3, seed=22, steps=5)  # one step of padding even for the longest
+    emissions[~mask] = float("nan")  # masked emissions are ignored
+    marginals = crf.marginals(emissions, mask)
+    assert marginals.shape == emissions.shape and marginals.dtype == torch.float64
+    assert (marginals[~mask] == 0).all()
+    for b, length in enumerate(lengths):
+        expected = enumerated_marginals(crf, emissions[b], length, 3)
+        torch.testing.assert_close(marginals[b, :length], expected, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("labels, max_length", [(BIO3, 4), (BIO5, 3)])
+def test_constrained_marginals_match_enumeration_over_allowed_paths(labels, max_length):
+    num_tags = len(labels)
+    allowed = bio_allowed_transitions(labels)
+    crf = make_crf(num_tags, seed=23, allowed=allowed)
+    lengths = [max_length, max_length - 1, 1, 0]
+    emissions, _, mask = make_batch(lengths, num_tags, seed=24)
+    marginals = crf.marginals(emissions, mask)
+    for b, length in enumerate(lengths):
+        expected = enumerated_marginals(crf, emissions[b], length, num_tags, set(allowed))
+        torch.testing.assert_close(marginals[b, :length], expected, atol=1e-9, rtol=0)
+    # A forbidden tag (I- at the start, I-PER after O) gets probability 0 (exp(-1e4) underflows).
+    assert (marginals[:, 0, labels.index("I-PER")] == 0).all()
+
+
+def test_marginals_are_the_gradient_of_log_z_and_handle_empty_inputs():
+    """d log Z / d emissions = the marginals (an independent check, by autograd); float32 stays float32."""
+    crf = make_crf(5, seed=25, allowed=bio_allowed_transitions(BIO5))
+    emissions, _, mask = make_batch([6, 2, 0, 5], 5, seed=26)
+    emissions.requires_grad_(True)
+    crf.log_partition(emissions, mask).sum().backward()
+    marginals = crf.marginals(emissions.detach(), mask)
+    torch.testing.assert_close(marginals, emissions.grad, atol=1e-9, rtol=0)
+    sums = marginals.sum(dim=2)
+    torch.testing.assert_close(sums, mask.double(), atol=1e-9, rtol=0)
+    single = crf.float().marginals(emissions.detach().float(), mask.long())  # float32, integer mask
+    assert single.dtype == torch.float32
+    torch.testing.assert_close(single.double(), marginals, atol=1e-5, rtol=0)
+    for shape in [(2, 0, 5), (0, 4, 5), (2, 3, 5)]:  # no steps, no rows, only empty rows
+        empty = torch.zeros(shape)
+        result = crf.marginals(empty, torch.zeros(shape[:2], dtype=torch.bool))
+        assert result.shape == shape and not result.any()
+
+
 # ---------------------------------------------------------------- constraints
 
 

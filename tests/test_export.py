@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from modeling_elmo import ElmoConfig, ElmoModel
-from modeling_elmo.utils.export_elmo import ElmoExportWrapper, example_inputs, export_onnx, export_program
+from modeling_elmo.utils.export_elmo import (
+    ElmoExportWrapper,
+    check_export_inputs,
+    example_inputs,
+    export_onnx,
+    export_program,
+)
 
 TOLERANCE = 1e-5
 # (batch, words) unlike the export example (2, 3): one sentence of one word, and a bigger padded batch.
@@ -79,6 +85,39 @@ def test_onnx_runs_in_onnxruntime(model, tmp_path):
         expected_elmo, expected_layers = _eager(model, ids, mask)
         torch.testing.assert_close(torch.from_numpy(elmo), expected_elmo, atol=TOLERANCE, rtol=0)
         torch.testing.assert_close(torch.from_numpy(layers), expected_layers, atol=TOLERANCE, rtol=0)
+    # Any ids at padded positions (as a pipeline's collation pads them), after the contract check: the same outputs.
+    ids, mask = example_inputs(model.config, 4, 9, seed=30)
+    junk = _junk_at_padding(ids, mask)
+    check_export_inputs(junk.numpy(), mask.numpy(), model.config)
+    elmo, _ = session.run(None, {"input_ids": junk.numpy(), "attention_mask": mask.numpy()})
+    torch.testing.assert_close(torch.from_numpy(elmo), _eager(model, ids, mask)[0], atol=TOLERANCE, rtol=0)
+
+
+def _junk_at_padding(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``ids`` with out-of-range values (a word-level pad id, a negative id) where ``mask`` is 0."""
+    assert not mask.bool().all()
+    junk = torch.where(torch.rand(ids.shape, generator=torch.Generator().manual_seed(0)) < 0.5, 10_000, -5)
+    return torch.where(mask.bool().unsqueeze(-1), ids, junk)
+
+
+def test_ids_at_padded_positions_are_ignored_and_ids_at_words_checked(model, program):
+    """The eager model, the wrapper and the exported program read only the words' ids; the contract check
+    (check_export_inputs) refuses bad ids at words only, as the eager model does."""
+    ids, mask = example_inputs(model.config, 4, 9, seed=31)
+    junk = _junk_at_padding(ids, mask)
+    expected_elmo, expected_layers = _eager(model, ids, mask)
+    with torch.no_grad():
+        for run in (lambda *x: _eager(model, *x), ElmoExportWrapper(model), program.module()):
+            elmo, layers = run(junk, mask)
+            torch.testing.assert_close(elmo, expected_elmo, atol=TOLERANCE, rtol=0)
+            torch.testing.assert_close(layers, expected_layers, atol=TOLERANCE, rtol=0)
+    check_export_inputs(junk, mask, model.config)
+    bad = ids.clone()
+    bad[0, 0, 3] = 262  # at a word
+    with pytest.raises(ValueError, match=r"character ids must be in \[0, 262\)"):
+        check_export_inputs(bad, mask, model.config)
+    with pytest.raises(ValueError, match=r"character ids must be in \[0, 262\)"):
+        _eager(model, bad, mask)
 
 
 def test_wrapper_rejects_other_modules():

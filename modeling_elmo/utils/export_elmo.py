@@ -22,9 +22,10 @@ The contract of an exported graph (``torch.export`` program or ONNX file). The g
 runs on inputs the eager model refuses, giving meaningless outputs (issue #13): call [`check_export_inputs`]
 (numpy arrays or tensors) on every batch before the graph. The eager [`ElmoExportWrapper`] checks them itself.
 
-- ``input_ids``: ``(B, W, C)`` int64, ``C = config.max_characters_per_token``, ``B, W >= 1``; every id in
-  ``[0, 262)`` (as [`ElmoTokenizer`] makes them). ONNX ``Gather`` counts a negative id from the end of the
-  character embedding (silently another character); an id >= 262 is an error or garbage, by runtime.
+- ``input_ids``: ``(B, W, C)`` int64, ``C = config.max_characters_per_token``, ``B, W >= 1``; every id of a
+  word (mask 1) in ``[0, 262)`` (as [`ElmoTokenizer`] makes them). ONNX ``Gather`` counts a negative id from the
+  end of the character embedding (silently another character); an id >= 262 is an error or garbage, by runtime.
+  Ids at padded positions (mask 0) are ignored, as by the eager model: the graph zeroes them before the lookup.
 - ``attention_mask``: ``(B, W)`` int64 of 0 and 1 only, right-padded: each sentence's words first, then 0s.
   The graph takes ``sum(mask)`` of a row as its length and also zeroes the words where the mask is 0, so a
   left-padded or gapped mask gives meaningless outputs, and other values (2, -1) count as 1.
