@@ -312,8 +312,12 @@ class ElmoLMTrainingArguments(TrainingArguments):
     # The LM head has no scalar mixes: every parameter gets a gradient, also in a fine-tuned saved folder.
     ddp_find_unused_parameters: bool | None = field(default=False, metadata={"help": "See TrainingArguments."})
     # Count words (attention_mask), not the 50 character ids of each: train_words_per_second.
-    include_num_input_tokens_seen: str | bool = field(
-        default="non_padding", metadata={"help": "See TrainingArguments."}
+    include_num_input_tokens_seen: str = field(
+        default="non_padding",
+        metadata={
+            "help": "Count the input words seen: non_padding (default), all or no.",
+            "choices": ["no", "all", "non_padding"],
+        },
     )
     dataloader_pin_memory: bool | None = field(
         default=None, metadata={"help": "Pin batches in memory (default: when an accelerator is there)."}
