@@ -107,13 +107,12 @@ class ElmoArgumentParser(HfArgumentParser):
         argv = list(sys.argv[1:] if argv is None else argv)
         if len(argv) == 1 and Path(argv[0]).suffix.lower() in CONFIG_SUFFIXES and not argv[0].startswith("-"):
             return self.parse_config_file(argv[0])
-        parsed = self.parse_args_into_dataclasses(
-            args=self.rename_deprecated(argv), look_for_args_file=False, return_remaining_strings=True
-        )
-        *dataclasses, unknown = parsed
+        args = self.rename_deprecated(argv)
+        # Unknown flags first: building the dataclasses runs their checks, whose refusals would hide the typo.
+        _, unknown = self.parse_known_args(args)
         if unknown:
             self.error(f"unrecognized arguments: {' '.join(unknown)}")
-        return tuple(dataclasses)
+        return tuple(self.parse_args_into_dataclasses(args=args, look_for_args_file=False))
 
     def parse_config_file(self, path: str) -> tuple:
         """The dataclasses from a JSON or YAML file.

@@ -324,6 +324,8 @@ class ElmoLMTrainingArguments(TrainingArguments):
     )
 
     def __post_init__(self):
+        if not self.output_dir:  # transformers would write to ./trainer_output
+            raise ValueError("--output_dir is required (checkpoints, the model and the results go there)")
         _check(self, NUMBER_RULES)
         if self.max_steps == 0:
             raise ValueError("--max_steps must be -1 (train for --num_train_epochs) or >= 1, got 0")
@@ -449,8 +451,6 @@ def _word_vocab(tokenizer: ElmoTokenizer) -> dict[str, int]:
 
 def _check_args(model_args: ModelArguments, data_args: DataArguments, training_args: ElmoLMTrainingArguments) -> None:
     """Checks across the dataclasses (each checks its own values); a refusal is a ``ValueError`` naming the flags."""
-    if not training_args.output_dir:
-        raise ValueError("--output_dir is required (checkpoints, the model and the results go there)")
     files = bool(data_args.train_file or data_args.eval_file)
     if data_args.dataset_name and files:
         raise ValueError("give either --dataset_name or --train_file/--eval_file, not both")
@@ -647,6 +647,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     try:
         with _global_state_restored():
             return _main(argv, prog or PROG)
+    except SystemExit as exit_:  # --help (0) and usage errors (2, one line from the parser)
+        return exit_.code if isinstance(exit_.code, int) else 2
     except (ValueError, OSError) as error:  # bad files, models or values: one line, no traceback
         print(f"error: {' '.join(str(error).split())}", file=sys.stderr)
         return 1
