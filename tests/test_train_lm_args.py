@@ -111,10 +111,10 @@ def test_a_config_file_gives_the_same_run_as_the_flags(tmp_path):
         "--max_steps", "7", "--bf16", "false", "--disable_tqdm", "--use_skip_connections", "--seed", "3",
     ]  # fmt: skip
     values = {
-        "train_file": ["a.txt", "b.txt"], "eval_file": ["c.txt"], "preset": "small", "char_cnn_filters": [[1, 4], [2, 8]],
-        "split_punctuation": False, "training_mode": "stream", "num_samples": 64, "learning_rate": 0.1,
-        "max_steps": 7, "bf16": False, "disable_tqdm": True, "use_skip_connections": True, "seed": 3,
-        "output_dir": "out",
+        "train_file": ["a.txt", "b.txt"], "eval_file": ["c.txt"], "preset": "small",
+        "char_cnn_filters": [[1, 4], [2, 8]], "split_punctuation": False, "training_mode": "stream",
+        "num_samples": 64, "learning_rate": 0.1, "max_steps": 7, "bf16": False, "disable_tqdm": True,
+        "use_skip_connections": True, "seed": 3, "output_dir": "out",
     }  # fmt: skip
     (tmp_path / "run.json").write_text(json.dumps(values))
     (tmp_path / "run.yaml").write_text("".join(f"{key}: {json.dumps(value)}\n" for key, value in values.items()))
