@@ -514,22 +514,18 @@ def test_stream_mode_trainer_feeds_windows_in_order(corpus, tmp_path):
     import datasets
 
     from modeling_elmo.training.lm_data import make_stream_windows
-    from modeling_elmo.training.train_lm import (
-        ElmoPreTrainingTrainer,
-        _StreamOrSentences,
-        _training_arguments,
-        build_parser,
-    )
+    from modeling_elmo.training.train_lm import ElmoPreTrainingTrainer, _stream_order, _StreamOrSentences, build_parser
 
-    args = build_parser().parse_args(
+    _, data_args, args = build_parser().parse(
         ["--train_file", corpus["train"], "--output_dir", str(tmp_path), "--training_mode", "stream"]
         + ["--per_device_train_batch_size", "4", "--max_words", "5"]
     )
+    assert _stream_order(data_args, args) == args.seed and args.train_sampling_strategy == "sequential"
     vocab = _vocab()
     windows = make_stream_windows([s.split() for s in _sentences(40, 2)], vocab, rows=4, max_words=5)
     trainer = ElmoPreTrainingTrainer(
         model=_model(len(vocab)),
-        args=_training_arguments(args),
+        args=args,
         train_dataset=datasets.Dataset.from_dict(windows),
         data_collator=_StreamOrSentences(ElmoTokenizer(vocab=vocab)),
     )

@@ -466,6 +466,17 @@ def _check_args(model_args: ModelArguments, data_args: DataArguments, training_a
             )
 
 
+def _stream_order(data_args: DataArguments, training_args: ElmoLMTrainingArguments) -> int | None:
+    """Stream mode: the Trainer must feed the windows in order (batch j holds window j of every row), so the
+    sampling becomes sequential; the sentences are shuffled once instead, with the returned seed (``None``: corpus
+    order, with ``--train_sampling_strategy sequential``). Sentence mode: nothing changes, ``None``."""
+    if data_args.training_mode != "stream":
+        return None
+    shuffle = training_args.train_sampling_strategy != "sequential"
+    training_args.train_sampling_strategy = "sequential"
+    return training_args.seed if shuffle else None
+
+
 def _trains(data_args: DataArguments) -> bool:
     return bool(data_args.train_file) or bool(data_args.dataset_name and data_args.train_split_name)
 
@@ -678,11 +689,7 @@ def _run(
     """Data, model, training, evaluation, card and upload; returns the result to print."""
     tokenizer, vocab = _tokenizer_and_vocab(model_args, data_args)
     stream = data_args.training_mode == "stream"
-    # The sentences of a stream run are shuffled once (with --seed) unless the sampling is sequential.
-    shuffle = training_args.train_sampling_strategy != "sequential"
-    if stream:
-        # Stream windows must come in order: batch j holds window j of every row.
-        training_args.train_sampling_strategy = "sequential"
+    stream_seed = _stream_order(data_args, training_args)
     raw = None
     if data_args.dataset_name:
         raw = load_text_datasets(
@@ -708,7 +715,7 @@ def _run(
         # One stream per row of the global batch. Data-parallel, process p gets global batches p, p + N, ... (the
         # dataloader shards whole batches), i.e. window j of rows p * B .. p * B + B - 1: its rows stay its own.
         stream_rows=training_args.per_device_train_batch_size * training_args.world_size if stream else None,
-        stream_seed=training_args.seed if shuffle else None,
+        stream_seed=stream_seed,
         raw_datasets=raw,
     )
     if vocab is None:
