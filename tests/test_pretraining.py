@@ -367,6 +367,8 @@ def _one_process_and_two(common: list[str], tmp_path) -> tuple[str, str]:
     command += ["--ddp_backend", "gloo"]
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
+    # The command's own messages come from the main process only (issue 16: they once repeated per process).
+    assert done.stderr.count("modeling_elmo.training.train_lm: vocabulary:") == 1, done.stderr[-3000:]
     return single, double
 
 
