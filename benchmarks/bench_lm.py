@@ -63,9 +63,9 @@ def main(argv=None) -> int:
     command = [
         "--train_file", args.train_file, "--eval_file", args.eval_file, "--output_dir", args.output_dir,
         # WikiText-2 is tokenized already: split on spaces only.
-        "--no-split_punctuation", "--max_vocab", str(args.max_vocab),
+        "--no_split_punctuation", "--max_vocab", str(args.max_vocab),
         "--preset", args.preset, "--num_samples", str(args.num_samples),
-        "--optimizer", "adamw", "--learning_rate", str(args.learning_rate), "--max_steps", str(args.max_steps),
+        "--optim", "adamw_torch", "--learning_rate", str(args.learning_rate), "--max_steps", str(args.max_steps),
         "--per_device_train_batch_size", str(args.batch_size), "--seed", str(args.seed),
         "--logging_steps", "25", "--save_steps", "100000", "--overwrite_output_dir",
     ]  # fmt: skip

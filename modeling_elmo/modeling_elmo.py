@@ -1084,7 +1084,8 @@ class ElmoModel(ElmoPreTrainedModel):
         rows = {bytes(torch.tensor(word_to_char_ids(w, chars), dtype=torch.int16).numpy()): None for w in words}
         keys = list(rows)
         vectors = []
-        for start in tqdm(range(0, len(keys), batch_size), desc="Caching word vectors", disable=not progress):
+        bar_off = not progress or not logging.is_progress_bar_enabled()  # transformers' switch too
+        for start in tqdm(range(0, len(keys), batch_size), desc="Caching word vectors", disable=bar_off):
             chunk = [torch.frombuffer(bytearray(k), dtype=torch.int16) for k in keys[start : start + batch_size]]
             vectors.append(self.char_cnn(torch.stack(chunk).long().to(self.device)))
         self.clear_token_cache()

@@ -281,7 +281,7 @@ def test_command_end_to_end(corpus, tmp_path, capsys):
     _run_main(
         ["--train_file", corpus["train"], "--eval_file", corpus["eval"], "--output_dir", out, *TINY_FLAGS]
         + ["--max_steps", "12", "--per_device_train_batch_size", "16", "--num_samples", "8", "--save_steps", "100"]
-        + ["--optimizer", "adamw", "--learning_rate", "2e-2", "--disable_tqdm", "--logging_steps", "4", "--seed", "3"]
+        + ["--optim", "adamw_torch", "--learning_rate", "2e-2", "--disable_tqdm", "--logging_steps", "4", "--seed", "3"]
     )
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     results = _results(out)
@@ -318,11 +318,10 @@ def test_command_fine_tunes_an_existing_elmo_model(corpus, tmp_path):
     assert not torch.equal(before.bilm.layers[0].input_kernel, after.bilm.layers[0].input_kernel)
     assert math.isfinite(_results(out)["eval_perplexity"])
     # Size flags cannot change an existing model.
-    with pytest.raises(SystemExit):
-        _run_main(
-            ["--train_file", corpus["train"], "--model_name_or_path", str(start), "--output_dir", out]
-            + ["--lstm_dim", "8"]
-        )
+    from modeling_elmo.training.train_lm import main
+
+    argv = ["--train_file", corpus["train"], "--model_name_or_path", str(start), "--output_dir", out, "--lstm_dim", "8"]
+    assert main(argv) == 1
 
 
 def test_resume_from_checkpoint_matches_an_uninterrupted_run(corpus, tmp_path):
@@ -334,8 +333,10 @@ def test_resume_from_checkpoint_matches_an_uninterrupted_run(corpus, tmp_path):
     resumed = str(tmp_path / "resumed")
     os.makedirs(resumed)
     shutil.copytree(os.path.join(full, "checkpoint-3"), os.path.join(resumed, "checkpoint-3"))
-    with pytest.raises(SystemExit):  # existing checkpoints and no decision: an error, not a silent restart
-        _run_main([*common, "--output_dir", resumed])
+    from modeling_elmo.training.train_lm import main
+
+    # Existing checkpoints and no decision: an error, not a silent restart.
+    assert main([*common, "--output_dir", resumed]) == 1
     _run_main([*common, "--output_dir", resumed, "--resume_from_checkpoint", "last"])
     assert _results(resumed)["eval_loss"] == pytest.approx(_results(full)["eval_loss"], abs=1e-6)
     a, b = ElmoForPreTraining.from_pretrained(full), ElmoForPreTraining.from_pretrained(resumed)
@@ -366,13 +367,16 @@ def _one_process_and_two(common: list[str], tmp_path) -> tuple[str, str]:
     command += ["--ddp_backend", "gloo"]
     done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
+    # The command's own messages come from the main process only (issue 16: they once repeated per process).
+    assert done.stderr.count("modeling_elmo.training.train_lm: vocabulary:") == 1, done.stderr[-3000:]
     return single, double
 
 
 def test_two_process_gloo_run_matches_single_process(corpus, tmp_path):
     common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
-    common += ["--max_steps", "3", "--num_samples", "0", "--dropout", "0", "--no-shuffle", "--seed", "5"]
-    common += ["--save_steps", "100", "--optimizer", "adamw", "--learning_rate", "1e-2", "--max_eval_samples", "10"]
+    common += ["--max_steps", "3", "--num_samples", "0", "--dropout", "0", "--seed", "5"]
+    common += ["--train_sampling_strategy", "sequential", "--save_steps", "100", "--optim", "adamw_torch"]
+    common += ["--learning_rate", "1e-2", "--max_eval_samples", "10"]
     single, double = _one_process_and_two(common, tmp_path)
 
     one, two = _results(single), _results(double)
@@ -484,7 +488,7 @@ def test_command_stream_training_lowers_perplexity(corpus, tmp_path):
     out = str(tmp_path / "stream")
     common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
     common += ["--training_mode", "stream", "--per_device_train_batch_size", "8", "--max_words", "10"]
-    common += ["--num_samples", "8", "--optimizer", "adamw", "--learning_rate", "2e-2", "--save_steps", "1000"]
+    common += ["--num_samples", "8", "--optim", "adamw_torch", "--learning_rate", "2e-2", "--save_steps", "1000"]
     _run_main([*common, "--output_dir", out, "--max_steps", "150"])
     # An untrained biLM is about uniform over the vocabulary; the grammar's true perplexity is a few words.
     vocab_size = ElmoForPreTraining.from_pretrained(out).config.lm_vocab_size
@@ -496,7 +500,7 @@ def test_two_process_stream_training_matches_single_process(corpus, tmp_path):
     """Data-parallel stream training: each process keeps its own rows' states; 2 x 2 rows train as 1 x 4."""
     common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
     common += ["--training_mode", "stream", "--max_words", "6", "--max_steps", "4", "--num_samples", "0"]
-    common += ["--dropout", "0", "--seed", "5", "--save_steps", "100", "--optimizer", "adamw"]
+    common += ["--dropout", "0", "--seed", "5", "--save_steps", "100", "--optim", "adamw_torch"]
     common += ["--learning_rate", "1e-2", "--max_eval_samples", "10"]
     single, double = _one_process_and_two(common, tmp_path)
     one, two = _results(single), _results(double)
@@ -512,22 +516,18 @@ def test_stream_mode_trainer_feeds_windows_in_order(corpus, tmp_path):
     import datasets
 
     from modeling_elmo.training.lm_data import make_stream_windows
-    from modeling_elmo.training.train_lm import (
-        ElmoPreTrainingTrainer,
-        _StreamOrSentences,
-        _training_arguments,
-        build_parser,
-    )
+    from modeling_elmo.training.train_lm import ElmoPreTrainingTrainer, _stream_order, _StreamOrSentences, build_parser
 
-    args = build_parser().parse_args(
+    _, data_args, args = build_parser().parse(
         ["--train_file", corpus["train"], "--output_dir", str(tmp_path), "--training_mode", "stream"]
         + ["--per_device_train_batch_size", "4", "--max_words", "5"]
     )
+    assert _stream_order(data_args, args) == args.seed and args.train_sampling_strategy == "sequential"
     vocab = _vocab()
     windows = make_stream_windows([s.split() for s in _sentences(40, 2)], vocab, rows=4, max_words=5)
     trainer = ElmoPreTrainingTrainer(
         model=_model(len(vocab)),
-        args=_training_arguments(args),
+        args=args,
         train_dataset=datasets.Dataset.from_dict(windows),
         data_collator=_StreamOrSentences(ElmoTokenizer(vocab=vocab)),
     )
@@ -560,7 +560,7 @@ def test_lm_head_has_no_mixes_and_every_parameter_gets_a_gradient(tmp_path):
 def test_two_process_fine_tuning_of_a_saved_lm_folder(corpus, tmp_path):
     """A folder written by train_lm fine-tunes on 2 gloo processes (DDP without find_unused_parameters)."""
     common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], "--disable_tqdm", "--num_samples", "0"]
-    common += ["--save_steps", "100", "--max_eval_samples", "10", "--optimizer", "adamw", "--learning_rate", "1e-2"]
+    common += ["--save_steps", "100", "--max_eval_samples", "10", "--optim", "adamw_torch", "--learning_rate", "1e-2"]
     start = str(tmp_path / "start")
     _run_main([*common, *TINY_FLAGS, "--output_dir", start, "--max_steps", "2"])
     tuned = str(tmp_path / "tuned")

@@ -28,6 +28,7 @@ import contextlib
 import errno
 import importlib
 import importlib.util
+import inspect
 import os
 import re
 import signal
@@ -1008,8 +1009,10 @@ def run_delegated(command: str, argv: list[str]) -> int:
     main_function = getattr(module, "main", None)
     if main_function is None:
         raise CliError(f"{module_name} has no main(argv) function")
+    # The training commands name themselves `elmo train-lm` etc. in usage lines and notes when they take `prog`.
+    takes_prog = "prog" in inspect.signature(main_function).parameters
     try:
-        code = main_function(argv)
+        code = main_function(argv, prog=f"elmo {command}") if takes_prog else main_function(argv)
     except SystemExit as exit_:  # argparse's --help and usage errors
         code = exit_.code
     if code is None:

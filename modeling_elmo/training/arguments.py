@@ -7,16 +7,24 @@ Each command declares its options as dataclasses (its own ``ModelArguments`` and
 - reads every option from one JSON or YAML file (``elmo train-lm run.json``), as ``run_mlm.py`` does;
 - keeps old flag names working for one release: they are rewritten to the new names with a note on stderr,
   and do not appear in ``--help``;
+- takes ``--flag`` alone as ``--flag true`` for every ``bool | None`` field too (``--disable_tqdm``), which
+  ``HfArgumentParser`` would refuse ("expected one argument");
 - reports a usage error in one line (``PROG: error: ... (see PROG --help)``, exit 2) instead of argparse's
   full usage block.
+
+A value that the dataclasses themselves refuse (their ``__post_init__`` checks) raises ``ValueError``, from
+flags and from a config file alike: the command reports it as one ``error:`` line (exit 1).
 """
 
 from __future__ import annotations
 
+import copy
+import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
+from dataclasses import Field, fields
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from transformers import HfArgumentParser
@@ -33,6 +41,8 @@ class ElmoArgumentParser(HfArgumentParser):
         description: the ``--help`` text above the flags.
         deprecated: old flag -> new flag, e.g. ``{"--epochs": "--num_train_epochs", "--cpu": "--use_cpu"}``.
             A value may carry a fixed argument for old switches, e.g. ``{"--no_progress": "--disable_tqdm true"}``.
+            A key may be an old flag with one of its old values, for values that changed their name too, e.g.
+            ``{"--optimizer adamw": "--optim adamw_torch"}`` (``--optimizer=adamw`` is matched as well).
     """
 
     def __init__(
@@ -46,6 +56,15 @@ class ElmoArgumentParser(HfArgumentParser):
         super().__init__(list(dataclass_types), prog=prog, description=description, **kwargs)
         self.deprecated = dict(deprecated or {})
 
+    @staticmethod
+    def _parse_dataclass_field(parser, field: Field) -> None:
+        # HfArgumentParser gives ``bool | None`` fields (``disable_tqdm``, ``tf32``...) no ``const``: ``--flag``
+        # alone would be a usage error, unlike a ``bool`` field. A copy, so the dataclass itself is left unchanged.
+        if field.type == bool | None and field.default is None and "nargs" not in field.metadata:
+            field = copy.copy(field)
+            field.metadata = MappingProxyType({**field.metadata, "nargs": "?", "const": True})
+        HfArgumentParser._parse_dataclass_field(parser, field)
+
     def error(self, message: str):  # argparse's hook for usage errors
         print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(2)
@@ -54,22 +73,29 @@ class ElmoArgumentParser(HfArgumentParser):
         """``argv`` with old flag names replaced by the new ones; one note on stderr per old name used."""
         out: list[str] = []
         noted: set[str] = set()
-        for arg in argv:
-            name, sep, value = arg.partition("=")
-            if name in self.deprecated:
-                new = self.deprecated[name].split()
-                if name not in noted:
-                    print(
-                        f"{self.prog}: note: {name} is deprecated and will be removed in the next release; "
-                        f"use {' '.join(new)}",
-                        file=sys.stderr,
-                    )
-                    noted.add(name)
-                out.extend(new)
-                if sep:
-                    out.append(value)
+        args = list(argv)
+        i = 0
+        while i < len(args):
+            name, sep, value = args[i].partition("=")
+            i += 1
+            # An old flag with an old value ("--optimizer adamw" or "--optimizer=adamw") first, then the flag alone.
+            with_value = f"{name} {value}" if sep else f"{name} {args[i]}" if i < len(args) else None
+            if with_value in self.deprecated:
+                old, new = with_value, self.deprecated[with_value].split()
+                i += 0 if sep else 1
+            elif name in self.deprecated:
+                old, new = name, self.deprecated[name].split() + ([value] if sep else [])
             else:
-                out.append(arg)
+                out.append(args[i - 1])
+                continue
+            if old not in noted:
+                print(
+                    f"{self.prog}: note: {old} is deprecated and will be removed in the next release; "
+                    f"use {' '.join(self.deprecated[old].split())}",
+                    file=sys.stderr,
+                )
+                noted.add(old)
+            out.extend(new)
         return out
 
     def parse(self, argv: Sequence[str] | None = None) -> tuple:
@@ -81,29 +107,42 @@ class ElmoArgumentParser(HfArgumentParser):
         argv = list(sys.argv[1:] if argv is None else argv)
         if len(argv) == 1 and Path(argv[0]).suffix.lower() in CONFIG_SUFFIXES and not argv[0].startswith("-"):
             return self.parse_config_file(argv[0])
-        parsed = self.parse_args_into_dataclasses(
-            args=self.rename_deprecated(argv), look_for_args_file=False, return_remaining_strings=True
-        )
-        *dataclasses, unknown = parsed
+        args = self.rename_deprecated(argv)
+        # Unknown flags first: building the dataclasses runs their checks, whose refusals would hide the typo.
+        _, unknown = self.parse_known_args(args)
         if unknown:
             self.error(f"unrecognized arguments: {' '.join(unknown)}")
-        return tuple(dataclasses)
+        return tuple(self.parse_args_into_dataclasses(args=args, look_for_args_file=False))
 
     def parse_config_file(self, path: str) -> tuple:
-        """The dataclasses from a JSON or YAML file; a missing, unreadable or malformed file is a usage error."""
+        """The dataclasses from a JSON or YAML file.
+
+        A missing, unreadable or malformed file, a file that is not a mapping, and unknown keys are usage errors; a
+        value that the dataclasses refuse raises their ``ValueError``, as the same value given as a flag does.
+        """
         kind = CONFIG_SUFFIXES[Path(path).suffix.lower()]
         try:
+            text = Path(path).read_text(encoding="utf-8")
             if kind == "json":
-                return self.parse_json_file(path, allow_extra_keys=False)
-            return self.parse_yaml_file(path, allow_extra_keys=False)
+                values = json.loads(text)
+            else:
+                import yaml
+
+                values = yaml.safe_load(text)
         except OSError as err:
             self.error(f"cannot read the config file {path}: {err.strerror or err}")
-        except ValueError as err:  # bad JSON/YAML, unknown keys, wrong types
-            self.error(f"config file {path}: {err}")
-        except Exception as err:  # yaml.YAMLError is not a ValueError
-            self.error(f"config file {path}: {type(err).__name__}: {err}")
+        except UnicodeDecodeError as err:
+            self.error(f"config file {path}: not UTF-8 text ({err.reason})")
+        except Exception as err:  # json.JSONDecodeError, yaml.YAMLError
+            self.error(f"config file {path}: not valid {kind.upper()}: {' '.join(str(err).split())}")
+        if not isinstance(values, dict):
+            self.error(f"config file {path}: expected a mapping of option names to values, got {type(values).__name__}")
+        unknown = sorted(set(values) - field_names(*self.dataclass_types))
+        if unknown:
+            self.error(f"config file {path}: unknown option(s) {', '.join(map(str, unknown))}")
+        return self.parse_dict(values, allow_extra_keys=False)
 
 
 def field_names(*dataclass_types: type) -> set[str]:
-    """Every field name of the given dataclasses (the keys a config file may hold)."""
-    return {f.name for cls in dataclass_types for f in fields(cls)}
+    """Every field name of the given dataclasses that a config file may set (``init`` fields)."""
+    return {f.name for cls in dataclass_types for f in fields(cls) if f.init}

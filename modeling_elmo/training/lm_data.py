@@ -5,6 +5,7 @@ Not part of the model code that travels with a saved folder (it needs ``datasets
 Pipeline::
 
     text files --load_dataset("text")--> lines --tokenizer.tokenize--> words
+    (or a dataset's text column: load_text_datasets)
         --build_vocab--> bilm-tf vocabulary (<S>, </S>, <UNK>, then by descending frequency)
         --make_windows--> {"words": <= max_words words, "labels": their vocabulary ids,
                             "boundary_labels": [target before the window, target after it]}
@@ -16,10 +17,12 @@ The dataset keeps words, not character ids (50 ints per word): the collator comp
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -201,6 +204,86 @@ def check_text_file(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> None
         raise ValueError(f"{path}: no text, only blank lines")
 
 
+@contextlib.contextmanager
+def _datasets_bars_follow_transformers() -> Iterator[None]:
+    """``datasets``' progress bars (loading, ``map``) off while transformers' are off
+    (``transformers.utils.logging.disable_progress_bar()``, or a training command's ``--disable_tqdm``)."""
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    if hf_logging.is_progress_bar_enabled() or not datasets.is_progress_bar_enabled():
+        yield
+        return
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        datasets.enable_progress_bars()
+
+
+def _is_saved_dataset(path: str) -> bool:
+    """Whether ``path`` is a folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``."""
+    folder = Path(path)
+    return folder.is_dir() and ((folder / "dataset_dict.json").is_file() or (folder / "state.json").is_file())
+
+
+def load_text_datasets(
+    name: str,
+    config_name: str | None = None,
+    train_split: str | None = "train",
+    eval_split: str | None = "validation",
+    text_column: str | None = None,
+    cache_dir: str | None = None,
+):
+    """A dataset's text as ``datasets.DatasetDict`` with splits ``"train"``/``"validation"`` and one ``"text"`` column.
+
+    Args:
+        name: a Hub dataset id or a local dataset folder (``datasets.load_dataset``), or a folder written by
+            ``save_to_disk`` (``datasets.load_from_disk``; a single ``Dataset`` there is the training split).
+        config_name: the dataset's configuration (``load_dataset``'s second argument).
+        train_split, eval_split: the dataset's split names to train and evaluate on (``None``: none). A missing
+            training split is an error; a missing evaluation split is skipped unless it was the only one asked for.
+        text_column: the column holding the text (default: ``"text"``, or the dataset's only string column).
+        cache_dir: the ``datasets`` cache.
+
+    Each row is one line of text, as a line of a text file (``text_format`` says what a line is).
+    """
+    import datasets
+
+    with _datasets_bars_follow_transformers():
+        if _is_saved_dataset(name):
+            if config_name:
+                raise ValueError(
+                    f"--dataset_config_name {config_name}: {name} is a saved dataset, without configurations"
+                )
+            loaded = datasets.load_from_disk(name)
+        else:
+            loaded = datasets.load_dataset(name, config_name, cache_dir=cache_dir)
+    if isinstance(loaded, datasets.Dataset):
+        loaded = datasets.DatasetDict({"train": loaded})
+    wanted = {"train": train_split, "validation": eval_split}
+    out = {}
+    for ours, theirs in wanted.items():
+        if not theirs:
+            continue
+        if theirs not in loaded:
+            if ours == "train" or not train_split:
+                raise ValueError(f"dataset {name} has no split {theirs!r} (its splits: {', '.join(loaded)})")
+            continue
+        split = loaded[theirs]
+        strings = [c for c, f in split.features.items() if getattr(f, "dtype", None) in ("string", "large_string")]
+        column = text_column or ("text" if "text" in strings else strings[0] if len(strings) == 1 else None)
+        if column is None or column not in strings:
+            what = f"no text column {column!r}" if column else "several text columns"
+            raise ValueError(
+                f"dataset {name}, split {theirs}: {what} (text columns: {', '.join(strings) or 'none'}); "
+                "name one with --text_column_name"
+            )
+        split = split.select_columns([column])
+        out[ours] = split.rename_column(column, "text") if column != "text" else split
+    return datasets.DatasetDict(out)
+
+
 def load_lm_datasets(
     tokenizer,
     train_files: Sequence[str] | None,
@@ -215,8 +298,9 @@ def load_lm_datasets(
     main_process_first=None,
     stream_rows: int | None = None,
     stream_seed: int | None = None,
+    raw_datasets=None,
 ):
-    """Read text files into window datasets (see the module docstring).
+    """Read text files (or a dataset's text) into window datasets (see the module docstring).
 
     Args:
         tokenizer: an [`ElmoTokenizer`]; its ``tokenize`` splits lines into words.
@@ -232,12 +316,51 @@ def load_lm_datasets(
         stream_rows: the original's stream training: the training split becomes ``make_stream_windows`` with
             this many rows (the batch size), built in memory; the sentences are shuffled once with
             ``stream_seed`` (``None``: corpus order). The validation split stays sentence windows.
+        raw_datasets: instead of files, a ``datasets.DatasetDict`` with ``"train"`` and/or ``"validation"`` and a
+            ``"text"`` column, one line per row (``load_text_datasets``).
+
+    Progress bars follow transformers' switch (``transformers.utils.logging.disable_progress_bar()``).
 
     Returns:
         ``(datasets.DatasetDict with "train" and/or "validation", vocab as a list of words by id)``.
     """
     from contextlib import nullcontext
 
+    with _datasets_bars_follow_transformers():
+        return _load_lm_datasets(
+            tokenizer,
+            train_files,
+            eval_files,
+            vocab,
+            text_format,
+            max_words,
+            min_count,
+            max_vocab,
+            num_proc,
+            cache_dir,
+            main_process_first or (lambda desc="": nullcontext()),
+            stream_rows,
+            stream_seed,
+            raw_datasets,
+        )
+
+
+def _load_lm_datasets(
+    tokenizer,
+    train_files,
+    eval_files,
+    vocab,
+    text_format,
+    max_words,
+    min_count,
+    max_vocab,
+    num_proc,
+    cache_dir,
+    first,
+    stream_rows,
+    stream_seed,
+    raw_datasets,
+):
     import datasets
 
     if text_format not in TEXT_FORMATS:
@@ -251,15 +374,21 @@ def load_lm_datasets(
             for f in files:
                 check_text_file(f)
             data_files[split] = list(files)
+    if raw_datasets is not None:
+        if data_files:
+            raise ValueError("give text files or a dataset, not both")
+        data_files = {split: [] for split in raw_datasets}
     if not data_files:
         raise ValueError("no text files given")
-    first = main_process_first or (lambda desc="": nullcontext())
 
     def split_words(batch: dict[str, list]) -> dict[str, list]:
         return {"words": [tokenizer.tokenize(line) for line in batch["text"]]}
 
     with first(desc="reading and splitting the text"):
-        raw = datasets.load_dataset("text", data_files=data_files, cache_dir=cache_dir)
+        if raw_datasets is None:
+            raw = datasets.load_dataset("text", data_files=data_files, cache_dir=cache_dir)
+        else:
+            raw = raw_datasets
         words = raw.map(split_words, batched=True, num_proc=num_proc, remove_columns=["text"], desc="Splitting words")
 
     if vocab is None:
@@ -279,7 +408,8 @@ def load_lm_datasets(
         windowed = words.map(windows, batched=True, num_proc=num_proc, remove_columns=["words"], desc="Windows")
     for split, windowed_split in windowed.items():
         if len(windowed_split) == 0:  # e.g. lines the tokenizer splits into no words at all
-            raise ValueError(f"the {split} file(s) {', '.join(data_files[split])} give no words")
+            source = f"file(s) {', '.join(data_files[split])}" if data_files[split] else "text of the dataset"
+            raise ValueError(f"the {split} {source} give no words")
     if stream_rows and "train" in words:
         sentences = list(words["train"]["words"])
         if stream_seed is not None:
