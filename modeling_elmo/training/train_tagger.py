@@ -37,7 +37,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -438,8 +438,14 @@ class ElmoTaggerTrainingArguments(TrainingArguments):
         },
     )
     # Words (3-D ids would count 50 per word).
-    include_num_input_tokens_seen: str | bool = field(
-        default="non_padding", metadata={"help": "Count the words seen (non_padding) for train_words_per_second."}
+    # Declared as str: HfArgumentParser reads transformers' `str | bool` as a bool and refuses "non_padding".
+    include_num_input_tokens_seen: str = field(
+        default="non_padding",
+        metadata={
+            "help": "Count the input tokens seen: non_padding counts words (for train_words_per_second; 'all' would "
+            "count 50 character ids per word), no: none.",
+            "choices": ["no", "all", "non_padding"],
+        },
     )
     dataloader_pin_memory: bool = field(default=False, metadata={"help": "Pin memory in data loaders."})
     time_budget: float = field(
@@ -504,7 +510,7 @@ DEPRECATED_FLAGS = {
     "--eval_batch_size": "--per_device_eval_batch_size",
     "--lr_scheduler": "--lr_scheduler_type",
     "--cpu": "--use_cpu",
-    "--no_progress": "--disable_tqdm",
+    "--no_progress": "--disable_tqdm true",
 }
 
 TRAIN_DESCRIPTION = (
@@ -574,6 +580,9 @@ def check_run(model_args: ModelArguments, data_args: DataArguments, training_arg
         raise ValueError("give the training data as --train_file FILE (CoNLL) or --dataset_name NAME, one of them")
     if data_args.eval_file and not data_args.train_file:
         raise ValueError("--eval_file goes with --train_file; a --dataset_name brings its own 'validation' split")
+    for path in (data_args.train_file, data_args.eval_file):
+        if path and not Path(path).is_file():
+            raise FileNotFoundError(f"CoNLL file not found: {path}")
     if model_args.no_elmo and model_args.word_input != "embedding":
         raise ValueError("--no_elmo is the word-embedding baseline: it needs --word_input embedding")
     if not model_args.no_elmo and not model_args.bilm:
@@ -642,16 +651,23 @@ def setup_logging(training_args: TrainingArguments) -> None:
 
 
 @contextlib.contextmanager
-def datasets_progress(enabled: bool) -> Iterator[None]:
-    """``datasets``' progress bars (``Dataset.map``) on or off for the duration, then as they were."""
+def progress_bars(enabled: bool) -> Iterator[None]:
+    """transformers' and datasets' progress bars (loading, saving, ``Dataset.map``) on or off for the duration, then
+    as they were: ``--disable_tqdm`` silences them all, as ``transformers.utils.logging.disable_progress_bar()``
+    (the default of ``--disable_tqdm``) does."""
     from datasets.utils import logging as ds_logging
 
-    was = ds_logging.is_progress_bar_enabled()
-    (ds_logging.enable_progress_bar if enabled else ds_logging.disable_progress_bar)()
+    switches = [
+        (ds_logging.is_progress_bar_enabled(), ds_logging.enable_progress_bar, ds_logging.disable_progress_bar),
+        (hf_logging.is_progress_bar_enabled(), hf_logging.enable_progress_bar, hf_logging.disable_progress_bar),
+    ]
+    for _, enable, disable in switches:
+        (enable if enabled else disable)()
     try:
         yield
     finally:
-        (ds_logging.enable_progress_bar if was else ds_logging.disable_progress_bar)()
+        for was, enable, disable in switches:
+            (enable if was else disable)()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -841,6 +857,7 @@ def _tagger_trainer_class():
             self.budget = TimeBudget(self.clock, time_budget)
             self.add_callback(self.budget)
             self.evaluations: list[tuple[int, dict[str, float], float]] = []
+            self.write_card: Callable[[], Any] | None = None
 
         def evaluate(self, *args, **kwargs) -> dict[str, float]:
             started = time.monotonic()
@@ -851,8 +868,11 @@ def _tagger_trainer_class():
             return metrics
 
         def create_model_card(self, *args, **kwargs) -> None:
-            """Keep the card the command wrote (``model_card.write_model_card``: metadata, model-index, recipe) when
-            ``push_to_hub`` uploads the folder, instead of the Trainer's generic one."""
+            """Write the command's card (``write_card``, set by the command: ``model_card.write_model_card`` with the
+            metadata, the model-index and the recipe) instead of the Trainer's generic one; ``push_to_hub`` calls
+            this after saving the model and before uploading the folder."""
+            if self.write_card is not None and self.is_world_process_zero():
+                self.write_card()
 
         def _get_train_sampler(self, train_dataset=None):
             sampler = super()._get_train_sampler(train_dataset)
@@ -909,6 +929,12 @@ def train(
     ``train_seconds`` is training time without evaluation (what ``--time_budget`` bounds), and
     ``train_words_per_second`` the words of this run over it. ``callbacks`` are added to the Trainer.
     """
+    with progress_bars(not training_args.disable_tqdm):
+        return _train(model_args, data_args, training_args, callbacks)
+
+
+def _train(model_args, data_args, training_args, callbacks) -> dict[str, Any]:
+    from datasets import Dataset
     from transformers import DataCollatorForTokenClassification, set_seed
 
     set_seed(training_args.seed)
@@ -941,15 +967,16 @@ def train(
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     logger.info("model: %s parameters, %s trained", f"{model.num_parameters():,}", f"{trainable:,}")
 
-    from datasets import Dataset
-
     def encode(sentences: list[list[str]], tags: list[list[str]]):
         dataset = Dataset.from_dict({"tokens": sentences, "tags": tags})
         return encode_dataset(dataset, tokenizer, model.config.label2id, model.needs_vocab_ids, data_args.max_words)
 
-    with datasets_progress(progress):
-        train_data = encode(data.train_sentences, data.train_tags)
-        eval_data = encode(data.eval_sentences, data.eval_tags) if data.eval_sentences is not None else None
+    train_data = encode(data.train_sentences, data.train_tags)
+    eval_data = encode(data.eval_sentences, data.eval_tags) if data.eval_sentences is not None else None
+    # The tokenizer's special ids in the config: the Trainer would align them itself, with a warning on every run.
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if getattr(tokenizer, name) is not None:
+            setattr(model.config, name, getattr(tokenizer, name))
     if eval_data is None:
         training_args.eval_strategy = IntervalStrategy.NO
     trainer = _tagger_trainer_class()(
@@ -985,16 +1012,16 @@ def train(
         eval_words = sum(map(len, data.eval_sentences))
         metrics.update(eval_metrics)
         metrics.update(eval_seconds=round(eval_seconds, 2), eval_words_per_second=round(eval_words / eval_seconds, 1))
-    trainer.save_model(training_args.output_dir)  # the model, its config (labels) and the tokenizer
-    if trainer.is_world_process_zero():
-        scores = [
-            ("f1", "Entity F1 (seqeval)", "eval_f1"),
-            ("precision", "Entity precision (seqeval)", "eval_precision"),
-            ("recall", "Entity recall (seqeval)", "eval_recall"),
-        ]
-        measured = [(kind, name, 100 * metrics[key]) for kind, name, key in scores if key in metrics]
-        eval_source = data_args.dataset_name or data_args.eval_file
-        hub_dataset = hub_model_id(data_args.dataset_name) if data_args.dataset_name else None
+    scores = [
+        ("f1", "Entity F1 (seqeval)", "eval_f1"),
+        ("precision", "Entity precision (seqeval)", "eval_precision"),
+        ("recall", "Entity recall (seqeval)", "eval_recall"),
+    ]
+    measured = [(kind, name, 100 * metrics[key]) for kind, name, key in scores if key in metrics]
+    eval_source = data_args.dataset_name or data_args.eval_file
+    hub_dataset = hub_model_id(data_args.dataset_name) if data_args.dataset_name else None
+
+    def write_card() -> None:  # after the model is saved: the card reads its config's architectures
         write_model_card(
             training_args.output_dir,
             trainer.model.config,
@@ -1005,10 +1032,15 @@ def train(
             datasets=[hub_dataset] if hub_dataset else None,
             base_model=None if model_args.no_elmo else hub_model_id(model_args.bilm),
         )
+
+    trainer.write_card = write_card
     trainer.save_metrics("all", metrics)
     trainer.save_state()  # trainer_state.json: the log history, every evaluation included
     if training_args.push_to_hub:
-        trainer.push_to_hub(commit_message="End of training")
+        trainer.push_to_hub(commit_message="End of training")  # saves the model, writes the card, uploads
+    else:
+        trainer.save_model(training_args.output_dir)  # the model, its config (labels) and the tokenizer
+        trainer.create_model_card()
     if trainer.is_world_process_zero():
         print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, (list, dict))}, indent=1), flush=True)
     return metrics
