@@ -640,14 +640,12 @@ def setup_logging(training_args: TrainingArguments) -> None:
     log_level = training_args.get_process_log_level()
     hf_logging.set_verbosity(log_level)
     datasets.utils.logging.set_verbosity(log_level)
-    own_level = logging.INFO if training_args.should_log and training_args.log_level == "passive" else log_level
-    package_logger = logging.getLogger("modeling_elmo.training")
-    package_logger.setLevel(own_level)
-    package_logger.propagate = False
-    if not any(isinstance(handler, _StderrHandler) for handler in package_logger.handlers):
+    logger.setLevel(logging.INFO if training_args.should_log and training_args.log_level == "passive" else log_level)
+    logger.propagate = False  # printed once, by its own handler, whatever the caller's root logging does
+    if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
-        package_logger.addHandler(handler)
+        logger.addHandler(handler)
 
 
 @contextlib.contextmanager
