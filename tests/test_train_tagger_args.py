@@ -121,6 +121,12 @@ def test_old_flag_names_still_work_with_a_note(files, tmp_path, capsys):
         ("--cpu", "--use_cpu"),
     ]:
         assert f"note: {name} is deprecated" in err and f"use {new}" in err
+    # Also with --predict, whose batch size is --per_device_eval_batch_size now.
+    assert main(["--predict", str(tmp_path / "missing"), "--eval_batch_size", "0", "a sentence"]) == 1
+    err = capsys.readouterr().err
+    assert "note: --eval_batch_size is deprecated" in err and "error: --per_device_eval_batch_size must be >= 1" in err
+    assert main(["--predict", str(tmp_path / "missing"), "a sentence"]) == 1
+    assert "no such folder" in capsys.readouterr().err
     # Hidden: --help shows the new names only.
     with pytest.raises(SystemExit):
         main(["--help"])

@@ -542,15 +542,15 @@ class _PredictParser(argparse.ArgumentParser):
 def build_predict_parser(prog: str | None = None) -> argparse.ArgumentParser:
     """The parser of ``--predict MODEL_DIR``: tag raw sentences with a saved tagger."""
     parser = _PredictParser(
-        prog=f"{prog or PROG} --predict",
+        prog=prog or PROG,
+        usage="%(prog)s --predict MODEL_DIR [--input_file FILE] [--per_device_eval_batch_size N] [SENTENCE ...]",
         description="Tag raw sentences with a saved tagger: prints word<TAB>tag per word, a blank line after each "
         "sentence.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--predict", metavar="MODEL_DIR", required=True, help="a tagger folder saved by training")
-    parser.add_argument("--input_file", help="a file of raw sentences, one per line")
-    parser.add_argument("--per_device_eval_batch_size", type=int, default=64, help="sentences per batch")
-    parser.add_argument("sentences", nargs="*", help="raw sentences (default: read stdin)")
+    parser.add_argument("--input_file", metavar="FILE", help="a file of raw sentences, one per line")
+    parser.add_argument("--per_device_eval_batch_size", metavar="N", type=int, default=64, help="sentences per batch")
+    parser.add_argument("sentences", metavar="SENTENCE", nargs="*", help="raw sentences (default: read stdin)")
     return parser
 
 
@@ -1117,6 +1117,8 @@ def predict_sentences(
 
 def predict(args: argparse.Namespace) -> int:
     """Print ``word<TAB>tag`` for each word of each sentence, a blank line after each sentence."""
+    if not Path(args.predict).is_dir() and hub_model_id(args.predict) is None:
+        raise FileNotFoundError(f"--predict {args.predict}: no such folder (a tagger folder saved by training)")
     model, tokenizer = load_tagger(args.predict)
     sentences = list(args.sentences)
     if args.input_file:
