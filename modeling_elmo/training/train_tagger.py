@@ -437,7 +437,6 @@ class ElmoTaggerTrainingArguments(TrainingArguments):
             "choices": ["random", "sequential", "group_by_length", "batch_rebalance"],
         },
     )
-    # Words (3-D ids would count 50 per word).
     # Declared as str: HfArgumentParser reads transformers' `str | bool` as a bool and refuses "non_padding".
     include_num_input_tokens_seen: str = field(
         default="non_padding",
@@ -451,10 +450,10 @@ class ElmoTaggerTrainingArguments(TrainingArguments):
     time_budget: float = field(
         default=0.0,
         metadata={
-            "help": "stop training after this many seconds of TRAINING (0: no limit). The budget bounds the training "
-            "steps only: evaluation (during training and the final one) is not counted, nor are start-up and saving. "
-            "With the default --eval_strategy epoch and a budget shorter than an epoch, a run takes about the budget "
-            "plus one evaluation of the dev set plus start-up"
+            "help": "stop training after this many seconds of TRAINING (0: no limit): the training loop's time "
+            "(checkpoints included) without any evaluation of the dev set (during training or the final one), and "
+            "without start-up and the final save. With the default --eval_strategy epoch and a budget shorter than an "
+            "epoch, a run takes start-up + the budget + one evaluation; each evaluation during training adds its time"
         },
     )
     num_threads: int = field(default=0, metadata={"help": "torch CPU threads (0: torch's default)"})
