@@ -930,7 +930,13 @@ def train(
         return _train(model_args, data_args, training_args, callbacks)
 
 
-def _train(model_args, data_args, training_args, callbacks) -> dict[str, Any]:
+def _train(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: TrainingArguments,
+    callbacks: Sequence[TrainerCallback] | None,
+) -> dict[str, Any]:
+    """[`train`] with the progress bars set."""
     from datasets import Dataset
     from transformers import DataCollatorForTokenClassification, set_seed
 
