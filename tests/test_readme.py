@@ -170,7 +170,8 @@ def run_shell_block(block: Block, work: Path) -> int:
             argv = [found, *argv[1:]]
         else:
             pytest.fail(f"{block}: no rule to run {argv[0]!r}; extend tests/test_readme.py")
-        argv += TRAINING_BUDGET.get(_module(argv) or "", [])
+        if "--predict" not in argv:  # tagging with a saved tagger takes no training options
+            argv += TRAINING_BUDGET.get(_module(argv) or "", [])
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         done = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{block}: {line}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
