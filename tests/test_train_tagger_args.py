@@ -151,6 +151,7 @@ def test_prog_usage_errors_and_refusals(files, tmp_path, capsys):
     base = ["--train_file", str(files["train"]), "--output_dir", str(tmp_path / "out")]
     for argv, message in [
         (base, "give --bilm PATH"),
+        (["--no_elmo", "--train_file", str(files["train"])], "--output_dir is required"),
         ([*base, "--no_elmo", "--dataset_name", "x"], "one of them"),
         ([*base, "--no_elmo", "--time_budget", "nan"], "--time_budget must be a finite number"),
         ([*base, "--no_elmo", "--word_input", "bilm"], "needs --word_input embedding"),

@@ -462,6 +462,8 @@ class ElmoTaggerTrainingArguments(TrainingArguments):
     )
 
     def __post_init__(self) -> None:
+        if not self.output_dir:  # transformers would default to ./trainer_output
+            raise ValueError("--output_dir is required for training")
         check_numbers(_Refusal, self, TRAINING_NUMBER_RULES)
         # Progress bars obey transformers' switch (transformers.utils.logging.disable_progress_bar()).
         if self.disable_tqdm is None and not hf_logging.is_progress_bar_enabled():
@@ -573,8 +575,6 @@ def _rename_deprecated(argv: Sequence[str], deprecated: dict[str, str], prog: st
 def check_run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
     """Refuse option combinations that mean nothing, and a re-run over a previous run's checkpoints
     (``ValueError``: one error line, exit 1)."""
-    if not training_args.output_dir:
-        raise ValueError("--output_dir is required for training")
     if bool(data_args.train_file) == bool(data_args.dataset_name):
         raise ValueError("give the training data as --train_file FILE (CoNLL) or --dataset_name NAME, one of them")
     if data_args.eval_file and not data_args.train_file:
