@@ -414,6 +414,9 @@ class ElmoTaggerTrainingArguments(TrainingArguments):
     """``TrainingArguments`` with the tagger's recipe as defaults (Adam 1e-3, batch 32, clipping at 5, length-grouped
     batches, evaluation every epoch), plus a training-time budget and the CPU thread count."""
 
+    # Required (checked after parsing, so that unknown flags are reported first): "" instead of transformers' None,
+    # which it would turn into ./trainer_output.
+    output_dir: str | None = field(default="", metadata={"help": "where checkpoints and the final model go"})
     num_train_epochs: float = field(default=3.0, metadata={"help": "Total number of training epochs to perform."})
     per_device_train_batch_size: int = field(default=32, metadata={"help": "Sentences per step and device."})
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "Sentences per evaluation batch."})
@@ -462,8 +465,6 @@ class ElmoTaggerTrainingArguments(TrainingArguments):
     )
 
     def __post_init__(self) -> None:
-        if not self.output_dir:  # transformers would default to ./trainer_output
-            raise ValueError("--output_dir is required for training")
         check_numbers(_Refusal, self, TRAINING_NUMBER_RULES)
         # Progress bars obey transformers' switch (transformers.utils.logging.disable_progress_bar()).
         if self.disable_tqdm is None and not hf_logging.is_progress_bar_enabled():
@@ -575,6 +576,8 @@ def _rename_deprecated(argv: Sequence[str], deprecated: dict[str, str], prog: st
 def check_run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
     """Refuse option combinations that mean nothing, and a re-run over a previous run's checkpoints
     (``ValueError``: one error line, exit 1)."""
+    if not training_args.output_dir:
+        raise ValueError("--output_dir is required for training")
     if bool(data_args.train_file) == bool(data_args.dataset_name):
         raise ValueError("give the training data as --train_file FILE (CoNLL) or --dataset_name NAME, one of them")
     if data_args.eval_file and not data_args.train_file:
