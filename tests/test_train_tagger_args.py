@@ -319,12 +319,12 @@ def test_time_budget_bounds_training_and_the_dev_set_is_evaluated_once(budget_fi
     evaluation = recorder.evaluations[0][1]
     state = json.loads((tmp_path / "epoch" / "trainer_state.json").read_text())
     assert [e["step"] for e in state["log_history"] if "eval_loss" in e] == [metrics["train_steps"]]
-    # From the start of training to the end of the run: the budget, one evaluation, one step past the budget and
-    # the final save (0.5 s here, in practice); evaluating twice would add another evaluation (>= 1 s).
-    step = BUDGET / metrics["train_steps"]
-    assert ended - recorder.began <= BUDGET + evaluation + step + 1.0
-    # train_seconds is training time, and words/s are words over it.
-    assert BUDGET <= metrics["train_seconds"] <= BUDGET + step + 0.2
+    # From the start of training to the end of the run: the budget, one evaluation, the step that crossed the budget
+    # and the final save (0.5 s here, in practice); evaluating twice would add another evaluation (1-3 s here).
+    step = BUDGET / metrics["train_steps"]  # the mean step; the last one may take longer on a busy machine
+    assert ended - recorder.began <= BUDGET + evaluation + 2 * step + 1.0
+    # train_seconds is training time (before: also the evaluation at the stop), and words/s are words over it.
+    assert BUDGET <= metrics["train_seconds"] <= BUDGET + 2 * step + 0.3
     assert metrics["train_words_per_second"] == pytest.approx(
         metrics["train_words_seen"] / metrics["train_seconds"], rel=0.01
     )
