@@ -202,7 +202,8 @@ def run_shell_block(block: Block, work: Path) -> int:
             argv = [found, *argv[1:]]
         else:
             pytest.fail(f"{block}: no rule to run {argv[0]!r}; extend tests/test_readme.py")
-        argv += TRAINING_BUDGET.get(_module(argv) or "", [])
+        if "--predict" not in argv:  # tagging with a saved tagger takes no training options
+            argv += TRAINING_BUDGET.get(_module(argv) or "", [])
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
         if argv[1:2] == ["download"]:  # it fetches from the local server (download_server), never the Hub
             env.pop("HF_HUB_OFFLINE")

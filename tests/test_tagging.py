@@ -346,9 +346,9 @@ def test_command_end_to_end(tmp_path, capsys):
     out = tmp_path / "ner"
     argv = [
         "--bilm", str(bilm), "--train_file", str(tmp_path / "train.txt"), "--eval_file", str(tmp_path / "dev.txt"),
-        "--output_dir", str(out), "--max_steps", "12", "--batch_size", "16", "--learning_rate", "0.02",
+        "--output_dir", str(out), "--max_steps", "12", "--per_device_train_batch_size", "16", "--learning_rate", "0.02",
         "--hidden_size", "16", "--num_layers", "1", "--word_dim", "8", "--min_word_freq", "1",
-        "--eval_strategy", "no", "--save_steps", "6", "--no_progress", "--elmo_output",
+        "--eval_strategy", "no", "--save_steps", "6", "--disable_tqdm", "true", "--elmo_output",
     ]  # fmt: skip
     assert main(argv) == 0
     metrics = json.loads((out / "all_results.json").read_text())
@@ -381,11 +381,13 @@ def test_command_no_elmo_baseline_and_errors(tmp_path, capsys):
     _write_conll(tmp_path / "train.txt", *make_corpus(60, seed=5))
     out = tmp_path / "base"
     argv = ["--no_elmo", "--train_file", str(tmp_path / "train.txt"), "--output_dir", str(out), "--max_steps", "3"]
-    assert main([*argv, "--hidden_size", "8", "--num_layers", "1", "--no_crf", "--no_progress"]) == 0
+    assert main([*argv, "--hidden_size", "8", "--num_layers", "1", "--no_crf", "--disable_tqdm", "true"]) == 0
     assert AutoModelForTokenClassification.from_pretrained(out).config.tagger_elmo_input is False
-    with pytest.raises(SystemExit):
-        main(["--train_file", str(tmp_path / "train.txt"), "--output_dir", str(out)])  # neither --bilm nor --no_elmo
-    assert "--bilm" in capsys.readouterr().err
+    capsys.readouterr()
+    # Neither --bilm nor --no_elmo: refused in one line (exit 1), no usage block.
+    assert main(["--train_file", str(tmp_path / "train.txt"), "--output_dir", str(tmp_path / "other")]) == 1
+    err = capsys.readouterr().err
+    assert "error: give --bilm" in err and "usage:" not in err
     assert main(["--no_elmo", "--train_file", str(tmp_path / "missing.txt"), "--output_dir", str(out)]) == 1
     assert "not found" in capsys.readouterr().err
 

@@ -3,7 +3,14 @@
 Train (from a converted or self-trained ``ElmoModel`` folder, or ``--no_elmo`` for the word-embedding baseline)::
 
     python -m modeling_elmo.training.train_tagger --bilm elmo-small --train_file train.txt --eval_file dev.txt \\
-        --output_dir ner-elmo --epochs 3
+        --output_dir ner-elmo --num_train_epochs 3
+
+The options are parsed as transformers' ``examples/pytorch/token-classification/run_ner.py`` parses them: three
+dataclasses (``ModelArguments``, ``DataArguments`` and ``ElmoTaggerTrainingArguments``, a ``TrainingArguments``
+that carries the tagger's recipe as its defaults), so every ``TrainingArguments`` flag works under its own name
+(``--bf16``, ``--gradient_accumulation_steps``, ``--push_to_hub``, ``--report_to`` ...) and one JSON or YAML file
+may hold them all (``elmo train-tagger run.json``). ``--dataset_name`` trains from a Hub dataset (``tokens`` and
+``ner_tags`` columns, as ``conll2003``) or a folder holding a saved ``DatasetDict``, instead of CoNLL files.
 
 Tag raw sentences with the saved folder (prints ``word<TAB>tag``, a blank line between sentences)::
 
@@ -15,31 +22,40 @@ lines are skipped. Tags in the IOB1 scheme (``I-X`` opens an entity, ``B-X`` onl
 entities of the same type) are converted to BIO (IOB2), so the CRF's BIO constraints apply and the
 saved model predicts BIO tags. Entity-level precision/recall/F1 are computed with ``seqeval``.
 
+Output: status lines go to stderr (logged on the main process only), the final metrics as JSON to stdout.
+
 This module imports ``datasets`` and ``seqeval`` (the ``[train]`` extra); the model code does not.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
-import math
 import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import IntervalStrategy, TrainerCallback, TrainingArguments
+from transformers.utils import logging as hf_logging
 
 from ..model_card import hub_model_id, metric_results, write_model_card
-from .checkpoints import checkpoint_problem, newest_complete_checkpoint
+from .arguments import ElmoArgumentParser
+from .checkpoints import CHECKPOINT_PATTERN, checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
 
 DOCSTART = "-DOCSTART-"
 IGNORE_INDEX = -100
+PROG = "python -m modeling_elmo.training.train_tagger"
+
+logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -165,12 +181,29 @@ def _no_elmo_bilm_config() -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def quiet_load_report() -> Iterator[None]:
+    """Silence transformers' LOAD REPORT table (logged as a warning by ``transformers.modeling_utils``)."""
+    report_logger = hf_logging.get_logger("transformers.modeling_utils")
+    level = report_logger.level
+    report_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        report_logger.setLevel(level)
+
+
 def _has_tokenizer(folder: str | os.PathLike) -> bool:
     return any((Path(folder) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
 
 
-def build_model_and_tokenizer(args: argparse.Namespace, labels: list[str], train_sentences: list[list[str]]):
-    """The tagger (biLM weights from ``args.bilm`` unless ``--no_elmo``) and its tokenizer."""
+def build_model_and_tokenizer(args: ModelArguments, labels: list[str], train_sentences: list[list[str]]):
+    """The tagger (biLM weights from ``args.bilm`` unless ``--no_elmo``) and its tokenizer.
+
+    The load of the biLM is quiet: the tagger's head is new, so transformers' LOAD REPORT would list every head
+    weight as MISSING. What matters is checked by ``ElmoForTokenClassification.from_pretrained`` itself: biLM
+    weights that are missing or do not fit the config raise ``ValueError``.
+    """
     from ..configuration_elmo import ElmoConfig
     from ..modeling_elmo_tagging import ElmoForTokenClassification
     from ..tokenization_elmo import ElmoTokenizer
@@ -220,7 +253,8 @@ def build_model_and_tokenizer(args: argparse.Namespace, labels: list[str], train
     if args.no_elmo:
         model = ElmoForTokenClassification(ElmoConfig(**_no_elmo_bilm_config(), **head))
     else:
-        model = ElmoForTokenClassification.from_pretrained(args.bilm, **head)
+        with quiet_load_report():
+            model = ElmoForTokenClassification.from_pretrained(args.bilm, **head)
     if model.config.max_characters_per_token != tokenizer.max_characters_per_token:
         raise ValueError(
             f"the tokenizer writes {tokenizer.max_characters_per_token} characters per word but the biLM reads "
@@ -297,14 +331,493 @@ def make_preprocess_logits(model):
     return preprocess
 
 
-def _tagger_trainer_class():
-    """``Trainer`` whose length-grouped training order depends only on ``--seed`` and the epoch.
+# ---------------------------------------------------------------------------------------------
+# Command-line arguments (as transformers' run_ner.py: three dataclasses, parsed by HfArgumentParser)
+# ---------------------------------------------------------------------------------------------
 
-    The stock ``LengthGroupedSampler`` draws each epoch's order from the global RNG when the epoch starts, i.e.
-    after the previous epoch's dropout: a run resumed in its second epoch (global RNG restored only later, at
-    the checkpoint's step) drew another order, and its losses differed from an uninterrupted run's.
+
+class _Refusal:
+    """Stands in for the parser in ``checks.check_numbers``: a value that means nothing is refused with
+    ``ValueError`` (one ``error:`` line, exit 1), also when it comes from a config file."""
+
+    @staticmethod
+    def error(message: str):
+        raise ValueError(message)
+
+
+@dataclass
+class ModelArguments:
+    """The biLM the tagger reads, and the tagger's own head."""
+
+    bilm: str | None = field(
+        default=None, metadata={"help": "an ElmoModel folder (converted or trained); its biLM is the tagger's"}
+    )
+    no_elmo: bool = field(default=False, metadata={"help": "baseline without ELMo: word embeddings only"})
+    word_input: str = field(
+        default="embedding",
+        metadata={
+            "help": "x_k: a word embedding over the training vocabulary, the biLM's layer 0, or nothing",
+            "choices": ["embedding", "bilm", "none"],
+        },
+    )
+    min_word_freq: int = field(default=2, metadata={"help": "rarer training words share <UNK>'s embedding"})
+    word_dim: int = field(default=100, metadata={"help": "word embedding size"})
+    no_elmo_input: bool = field(default=False, metadata={"help": "no ELMo mix at the BiLSTM's input"})
+    elmo_output: bool = field(default=False, metadata={"help": "a second ELMo mix at the BiLSTM's output"})
+    hidden_size: int = field(default=200, metadata={"help": "task BiLSTM size per direction"})
+    num_layers: int = field(default=2, metadata={"help": "task BiLSTM layers (0: none)"})
+    dropout: float = field(default=0.5, metadata={"help": "dropout in the tagger"})
+    elmo_dropout: float = field(default=0.5, metadata={"help": "dropout on the ELMo mixes"})
+    l2_coef: float = field(default=0.001, metadata={"help": "L2 penalty on the mix weights"})
+    layer_norm: str = field(
+        default="none",
+        metadata={"help": "normalise the biLM layers before mixing", "choices": ["none", "token", "batch"]},
+    )
+    no_crf: bool = field(default=False, metadata={"help": "per-word softmax instead of a CRF"})
+    fine_tune_bilm: bool = field(default=False, metadata={"help": "train the biLM too (default: frozen)"})
+
+    def __post_init__(self) -> None:
+        check_numbers(_Refusal, self, MODEL_NUMBER_RULES)
+        check_fraction(_Refusal, self, "dropout", "elmo_dropout")
+
+
+@dataclass
+class DataArguments:
+    """CoNLL files, or a Hub dataset (or a saved ``DatasetDict``) with word and tag columns."""
+
+    train_file: str | None = field(default=None, metadata={"help": "CoNLL training file (word ... tag per line)"})
+    eval_file: str | None = field(default=None, metadata={"help": "CoNLL evaluation (dev) file"})
+    dataset_name: str | None = field(
+        default=None,
+        metadata={
+            "help": "a Hub dataset (e.g. conll2003), a local dataset folder, or a folder holding a saved DatasetDict "
+            "(save_to_disk), instead of --train_file; its 'train' split trains, its 'validation' split (if any) "
+            "evaluates"
+        },
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "the dataset's configuration name"})
+    text_column_name: str = field(default="tokens", metadata={"help": "with --dataset_name: the column of words"})
+    label_column_name: str = field(
+        default="ner_tags", metadata={"help": "with --dataset_name: the column of tags (ClassLabel ids or names)"}
+    )
+    cache_dir: str | None = field(default=None, metadata={"help": "the datasets cache folder"})
+    max_train_sentences: int = field(default=0, metadata={"help": "use only the first N (0: all)"})
+    max_eval_sentences: int = field(default=0, metadata={"help": "use only the first N (0: all)"})
+    max_words: int = field(default=0, metadata={"help": "cut longer sentences (0: no limit)"})
+
+    def __post_init__(self) -> None:
+        check_numbers(_Refusal, self, DATA_NUMBER_RULES)
+
+
+@dataclass
+class ElmoTaggerTrainingArguments(TrainingArguments):
+    """``TrainingArguments`` with the tagger's recipe as defaults (Adam 1e-3, batch 32, clipping at 5, length-grouped
+    batches, evaluation every epoch), plus a training-time budget and the CPU thread count."""
+
+    # Required (checked after parsing, so that unknown flags are reported first): "" instead of transformers' None,
+    # which it would turn into ./trainer_output.
+    output_dir: str | None = field(default="", metadata={"help": "where checkpoints and the final model go"})
+    num_train_epochs: float = field(default=3.0, metadata={"help": "Total number of training epochs to perform."})
+    per_device_train_batch_size: int = field(default=32, metadata={"help": "Sentences per step and device."})
+    per_device_eval_batch_size: int = field(default=64, metadata={"help": "Sentences per evaluation batch."})
+    learning_rate: float = field(default=1e-3, metadata={"help": "The initial learning rate (Adam)."})
+    max_grad_norm: float = field(default=5.0, metadata={"help": "Gradient clipping (0: none)."})
+    eval_strategy: IntervalStrategy | str = field(
+        default="epoch",
+        metadata={
+            "help": "When to evaluate on the dev set during training: no, steps or epoch (without a dev set: no). "
+            "The dev set is also evaluated once at the end (not twice: an evaluation of the final step is reused)."
+        },
+    )
+    eval_steps: float | None = field(default=500, metadata={"help": "Evaluate every N steps (--eval_strategy steps)."})
+    save_steps: float = field(default=500, metadata={"help": "Save a checkpoint every N steps."})
+    save_total_limit: int | None = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
+    logging_steps: float = field(default=50, metadata={"help": "Log the loss every N steps."})
+    train_sampling_strategy: str = field(
+        default="group_by_length",
+        metadata={
+            "help": "Sampler for training (similar lengths per batch: less padding).",
+            "choices": ["random", "sequential", "group_by_length", "batch_rebalance"],
+        },
+    )
+    # Declared as str: HfArgumentParser reads transformers' `str | bool` as a bool and refuses "non_padding".
+    include_num_input_tokens_seen: str = field(
+        default="non_padding",
+        metadata={
+            "help": "Count the input tokens seen: non_padding counts words (for train_words_per_second; 'all' would "
+            "count 50 character ids per word), no: none.",
+            "choices": ["no", "all", "non_padding"],
+        },
+    )
+    dataloader_pin_memory: bool = field(default=False, metadata={"help": "Pin memory in data loaders."})
+    time_budget: float = field(
+        default=0.0,
+        metadata={
+            "help": "stop training after this many seconds of TRAINING (0: no limit): the training loop's time "
+            "(checkpoints included) without any evaluation of the dev set (during training or the final one), and "
+            "without start-up and the final save. With the default --eval_strategy epoch and a budget shorter than an "
+            "epoch, a run takes start-up + the budget + one evaluation; each evaluation during training adds its time"
+        },
+    )
+    num_threads: int = field(default=0, metadata={"help": "torch CPU threads (0: torch's default)"})
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "start afresh even if --output_dir has checkpoints"}
+    )
+
+    def __post_init__(self) -> None:
+        check_numbers(_Refusal, self, TRAINING_NUMBER_RULES)
+        # Progress bars obey transformers' switch (transformers.utils.logging.disable_progress_bar()).
+        if self.disable_tqdm is None and not hf_logging.is_progress_bar_enabled():
+            self.disable_tqdm = True
+        super().__post_init__()
+
+
+# Numeric options: (lowest, highest, what the bounds mean); see checks.check_numbers. A bad value is refused with
+# one error line naming the option.
+MODEL_NUMBER_RULES: dict[str, tuple] = {
+    "min_word_freq": (1, None, ""),
+    "word_dim": (1, None, ""),
+    "hidden_size": (1, None, ""),
+    "num_layers": (0, None, "0: no task BiLSTM"),
+    "l2_coef": (0, None, ""),
+}
+DATA_NUMBER_RULES: dict[str, tuple] = {
+    "max_train_sentences": (0, None, "0: all"),
+    "max_eval_sentences": (0, None, "0: all"),
+    "max_words": (0, None, "0: no limit"),
+}
+TRAINING_NUMBER_RULES: dict[str, tuple] = {
+    "num_train_epochs": (POSITIVE, None, ""),
+    "max_steps": (-1, None, "-1 or 0: use --num_train_epochs"),
+    "per_device_train_batch_size": (1, None, ""),
+    "per_device_eval_batch_size": (1, None, ""),
+    "gradient_accumulation_steps": (1, None, ""),
+    "learning_rate": (POSITIVE, None, ""),
+    "weight_decay": (0, None, ""),
+    "warmup_steps": (0, None, ""),
+    "max_grad_norm": (0, None, "0: no clipping"),
+    "eval_steps": (POSITIVE, None, ""),
+    "save_steps": (POSITIVE, None, ""),
+    "save_total_limit": (1, None, ""),
+    "logging_steps": (POSITIVE, None, ""),
+    "seed": (0, MAX_SEED, ""),
+    "time_budget": (0, None, "seconds of training; 0: no limit"),
+    "num_threads": (0, None, "0: torch's default"),
+}
+
+# Old flag names, kept for one release (hidden; a note on stderr says the new name).
+DEPRECATED_FLAGS = {
+    "--epochs": "--num_train_epochs",
+    "--batch_size": "--per_device_train_batch_size",
+    "--eval_batch_size": "--per_device_eval_batch_size",
+    "--lr_scheduler": "--lr_scheduler_type",
+    "--cpu": "--use_cpu",
+    "--no_progress": "--disable_tqdm true",
+}
+
+TRAIN_DESCRIPTION = (
+    "Fine-tune an ELMo sequence tagger (biLSTM-CRF over scalar mixes of a frozen biLM) on CoNLL files or a Hub "
+    "dataset with the Hugging Face Trainer; every TrainingArguments option works under its transformers name, and "
+    "one JSON or YAML file may hold all options ({prog} run.json). Status lines go to stderr, the final metrics as "
+    "JSON to stdout. To tag raw sentences with a saved tagger: {prog} --predict MODEL_DIR [--input_file FILE] "
+    "[SENTENCE ...] (see {prog} --predict MODEL_DIR --help)."
+)
+
+
+def build_parser(prog: str | None = None) -> ElmoArgumentParser:
+    """The training command's parser: ``(ModelArguments, DataArguments, ElmoTaggerTrainingArguments)``."""
+    prog = prog or PROG
+    return ElmoArgumentParser(
+        (ModelArguments, DataArguments, ElmoTaggerTrainingArguments),
+        prog=prog,
+        description=TRAIN_DESCRIPTION.format(prog=prog),
+        deprecated=DEPRECATED_FLAGS,
+    )
+
+
+class _PredictParser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, as ElmoArgumentParser
+        print(f"{self.prog}: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_predict_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The parser of ``--predict MODEL_DIR``: tag raw sentences with a saved tagger."""
+    parser = _PredictParser(
+        prog=prog or PROG,
+        usage="%(prog)s --predict MODEL_DIR [--input_file FILE] [--per_device_eval_batch_size N] [SENTENCE ...]",
+        description="Tag raw sentences with a saved tagger: prints word<TAB>tag per word, a blank line after each "
+        "sentence.",
+    )
+    parser.add_argument("--predict", metavar="MODEL_DIR", required=True, help="a tagger folder saved by training")
+    parser.add_argument("--input_file", metavar="FILE", help="a file of raw sentences, one per line")
+    parser.add_argument("--per_device_eval_batch_size", metavar="N", type=int, default=64, help="sentences per batch")
+    parser.add_argument("sentences", metavar="SENTENCE", nargs="*", help="raw sentences (default: read stdin)")
+    return parser
+
+
+def _is_predict(argv: Sequence[str]) -> bool:
+    return any(arg == "--predict" or arg.startswith("--predict=") for arg in argv)
+
+
+def _rename_deprecated(argv: Sequence[str], deprecated: dict[str, str], prog: str) -> list[str]:
+    """``argv`` with old flag names replaced (for the prediction parser, which is no ``ElmoArgumentParser``)."""
+    out = []
+    for arg in argv:
+        name, sep, value = arg.partition("=")
+        if name in deprecated:
+            print(f"{prog}: note: {name} is deprecated and will be removed in the next release; use "
+                  f"{deprecated[name]}", file=sys.stderr)  # fmt: skip
+            arg = deprecated[name] + sep + value
+        out.append(arg)
+    return out
+
+
+def check_run(model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments) -> None:
+    """Refuse option combinations that mean nothing, and a re-run over a previous run's checkpoints
+    (``ValueError``: one error line, exit 1)."""
+    if not training_args.output_dir:
+        raise ValueError("--output_dir is required for training")
+    if bool(data_args.train_file) == bool(data_args.dataset_name):
+        raise ValueError("give the training data as --train_file FILE (CoNLL) or --dataset_name NAME, one of them")
+    if data_args.eval_file and not data_args.train_file:
+        raise ValueError("--eval_file goes with --train_file; a --dataset_name brings its own 'validation' split")
+    for path in (data_args.train_file, data_args.eval_file):
+        if path and not Path(path).is_file():
+            raise FileNotFoundError(f"CoNLL file not found: {path}")
+    if model_args.no_elmo and model_args.word_input != "embedding":
+        raise ValueError("--no_elmo is the word-embedding baseline: it needs --word_input embedding")
+    if not model_args.no_elmo and not model_args.bilm:
+        raise ValueError("give --bilm PATH (an ElmoModel folder), or --no_elmo for the baseline without ELMo")
+    if model_args.bilm and not Path(model_args.bilm).is_dir():
+        raise ValueError(f"--bilm {model_args.bilm}: not a folder")
+    resume = training_args.resume_from_checkpoint
+    if resume is None and not training_args.overwrite_output_dir:
+        output_dir = Path(training_args.output_dir)
+        found = sorted(
+            (int(match.group(1)), path.name)
+            for path in (output_dir.iterdir() if output_dir.is_dir() else [])
+            if (match := CHECKPOINT_PATTERN.match(path.name)) and path.is_dir()
+        )
+        if found:
+            raise ValueError(
+                f"{output_dir} already has checkpoints ({found[-1][1]}): pass --resume_from_checkpoint last to go "
+                "on, or --overwrite_output_dir to start afresh"
+            )
+
+
+def parse_args(argv: Sequence[str] | None = None, prog: str | None = None):
+    """``(ModelArguments, DataArguments, ElmoTaggerTrainingArguments)`` from the command line (or a JSON/YAML file),
+    checked. Raises ``ValueError`` for refused values; ``SystemExit(2)`` for usage errors."""
+    model_args, data_args, training_args = build_parser(prog).parse(argv)
+    check_run(model_args, data_args, training_args)
+    return model_args, data_args, training_args
+
+
+# ---------------------------------------------------------------------------------------------
+# Logging, as in transformers' example scripts
+# ---------------------------------------------------------------------------------------------
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to the current ``sys.stderr`` (which a caller, or pytest, may have replaced since)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # StreamHandler sets it; the property always answers sys.stderr
+        pass
+
+
+def setup_logging(training_args: TrainingArguments) -> None:
+    """As ``run_ner.py``: transformers and datasets log at ``training_args.get_process_log_level()``; this command's
+    status lines go to stderr, on the main process only (other processes: warnings and worse)."""
+    import datasets
+
+    log_level = training_args.get_process_log_level()
+    hf_logging.set_verbosity(log_level)
+    datasets.utils.logging.set_verbosity(log_level)
+    logger.setLevel(logging.INFO if training_args.should_log and training_args.log_level == "passive" else log_level)
+    logger.propagate = False  # printed once, by its own handler, whatever the caller's root logging does
+    if not any(isinstance(handler, _StderrHandler) for handler in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+
+
+@contextlib.contextmanager
+def progress_bars(enabled: bool) -> Iterator[None]:
+    """transformers' and datasets' progress bars (loading, saving, ``Dataset.map``) on or off for the duration, then
+    as they were: ``--disable_tqdm`` silences them all, as ``transformers.utils.logging.disable_progress_bar()``
+    (the default of ``--disable_tqdm``) does."""
+    from datasets.utils import logging as ds_logging
+
+    switches = [
+        (ds_logging.is_progress_bar_enabled(), ds_logging.enable_progress_bar, ds_logging.disable_progress_bar),
+        (hf_logging.is_progress_bar_enabled(), hf_logging.enable_progress_bar, hf_logging.disable_progress_bar),
+    ]
+    for _, enable, disable in switches:
+        (enable if enabled else disable)()
+    try:
+        yield
+    finally:
+        for was, enable, disable in switches:
+            (enable if was else disable)()
+
+
+# ---------------------------------------------------------------------------------------------
+# Training data: CoNLL files or a (Hub) dataset
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TaggingData:
+    """Sentences and their tags as strings, for training and (optionally) evaluation."""
+
+    train_sentences: list[list[str]]
+    train_tags: list[list[str]]
+    eval_sentences: list[list[str]] | None = None
+    eval_tags: list[list[str]] | None = None
+    label_names: list[str] | None = None  # all tag names the dataset declares (a ClassLabel), seen or not
+    source: str = ""  # what the model card names as the data
+
+
+def load_dataset_splits(data_args: DataArguments) -> TaggingData:
+    """The ``train`` and (if present) ``validation`` splits of ``--dataset_name``, tags as names.
+
+    ``--dataset_name`` is a folder holding a saved ``DatasetDict`` (``save_to_disk``), read with ``load_from_disk``,
+    or anything ``datasets.load_dataset`` takes (a Hub id, a local dataset folder). Integer tags are mapped to names
+    with the column's ``ClassLabel``.
+    """
+    import datasets
+
+    name = data_args.dataset_name
+    try:
+        if Path(name).is_dir() and (Path(name) / "dataset_dict.json").is_file():
+            splits = datasets.load_from_disk(name)
+        else:
+            splits = datasets.load_dataset(name, data_args.dataset_config_name, cache_dir=data_args.cache_dir)
+    except (OSError, ValueError) as error:
+        raise type(error)(f"--dataset_name {name}: {error}") from error
+    if not isinstance(splits, datasets.DatasetDict) or "train" not in splits:
+        found = list(splits) if isinstance(splits, datasets.DatasetDict) else "one Dataset, no splits"
+        raise ValueError(f"--dataset_name {name}: no 'train' split (found: {found})")
+
+    def columns(split: str) -> tuple[list[list[str]], list[list[str]], list[str] | None]:
+        data = splits[split]
+        for option, column in (("text", data_args.text_column_name), ("label", data_args.label_column_name)):
+            if column not in data.column_names:
+                raise ValueError(
+                    f"--dataset_name {name}: the {split} split has no column {column!r} (--{option}_column_name); "
+                    f"its columns: {', '.join(data.column_names)}"
+                )
+        feature = getattr(data.features[data_args.label_column_name], "feature", None)
+        names = list(feature.names) if isinstance(feature, datasets.ClassLabel) else None
+        sentences = [list(map(str, words)) for words in data[data_args.text_column_name]]
+        tags = [[names[t] if names else str(t) for t in row] for row in data[data_args.label_column_name]]
+        return sentences, tags, names
+
+    train_sentences, train_tags, names = columns("train")
+    eval_sentences = eval_tags = None
+    if "validation" in splits:
+        eval_sentences, eval_tags, _ = columns("validation")
+    return TaggingData(train_sentences, train_tags, eval_sentences, eval_tags, names, source=name)
+
+
+def load_tagging_data(data_args: DataArguments) -> TaggingData:
+    """The training (and dev) sentences and tags, cut to ``--max_*_sentences``."""
+    if data_args.dataset_name:
+        data = load_dataset_splits(data_args)
+    else:
+        data = TaggingData(*read_conll(data_args.train_file), source=data_args.train_file)
+        if data_args.eval_file:
+            data.eval_sentences, data.eval_tags = read_conll(data_args.eval_file)
+    if data_args.max_train_sentences:
+        data.train_sentences = data.train_sentences[: data_args.max_train_sentences]
+        data.train_tags = data.train_tags[: data_args.max_train_sentences]
+    if data.eval_sentences is not None and data_args.max_eval_sentences:
+        data.eval_sentences = data.eval_sentences[: data_args.max_eval_sentences]
+        data.eval_tags = data.eval_tags[: data_args.max_eval_sentences]
+    return data
+
+
+# ---------------------------------------------------------------------------------------------
+# Trainer: seeded length-grouped order, a training-time budget, one final evaluation
+# ---------------------------------------------------------------------------------------------
+
+
+class TrainingClock:
+    """Seconds of training since ``start()``, without the time spent evaluating (``exclude``)."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.stopped: float | None = None
+        self.excluded = 0.0
+
+    def start(self) -> None:
+        self.started, self.stopped, self.excluded = time.monotonic(), None, 0.0
+
+    def stop(self) -> None:
+        if self.started is not None and self.stopped is None:
+            self.stopped = time.monotonic()
+
+    @property
+    def running(self) -> bool:
+        return self.started is not None and self.stopped is None
+
+    def exclude(self, seconds: float) -> None:
+        """Do not count these seconds (an evaluation during training)."""
+        if self.running:
+            self.excluded += seconds
+
+    @property
+    def seconds(self) -> float:
+        if self.started is None:
+            return 0.0
+        return (self.stopped or time.monotonic()) - self.started - self.excluded
+
+
+class TimeBudget(TrainerCallback):
+    """Stop training once ``budget`` seconds of training (evaluation excluded) have passed; checked after every
+    step. ``budget`` 0: no limit (the clock still runs, for ``train_seconds``)."""
+
+    def __init__(self, clock: TrainingClock, budget: float) -> None:
+        self.clock = clock
+        self.budget = budget
+        self.stopped_on_budget = False
+        self.words_at_start = 0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.clock.start()
+        self.words_at_start = int(state.num_input_tokens_seen)  # a resumed run has seen words before
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.budget and not control.should_training_stop and self.clock.seconds >= self.budget:
+            control.should_training_stop = True
+            self.stopped_on_budget = True
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.clock.stop()
+
+
+def _tagger_trainer_class():
+    """``Trainer`` for the tagger.
+
+    - Its length-grouped training order depends only on ``--seed`` and the epoch. The stock
+      ``LengthGroupedSampler`` draws each epoch's order from the global RNG when the epoch starts, i.e. after the
+      previous epoch's dropout: a run resumed in its second epoch (global RNG restored only later, at the
+      checkpoint's step) drew another order, and its losses differed from an uninterrupted run's.
+    - It times its evaluations (``evaluations``: step, metrics, seconds), so that the training clock leaves them
+      out and the final evaluation is not repeated.
+    - The Trainer's log lines (loss, learning rate) go to stderr: stdout carries only the command's JSON result.
     """
     from transformers import Trainer
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
 
     class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
@@ -323,7 +836,44 @@ def _tagger_trainer_class():
             generator = torch.Generator().manual_seed(self.seed + self.epoch)
             return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
 
+    class StderrPrinterCallback(PrinterCallback):
+        def on_log(self, *args, **kwargs):
+            with contextlib.redirect_stdout(sys.stderr):
+                super().on_log(*args, **kwargs)
+
+    class StderrProgressCallback(ProgressCallback):
+        def on_log(self, *args, **kwargs):  # tqdm.write prints to stdout
+            with contextlib.redirect_stdout(sys.stderr):
+                super().on_log(*args, **kwargs)
+
     class TaggerTrainer(Trainer):
+        def __init__(self, *args, time_budget: float = 0.0, **kwargs):
+            super().__init__(*args, **kwargs)
+            replacements = ((PrinterCallback, StderrPrinterCallback), (ProgressCallback, StderrProgressCallback))
+            for printer, replacement in replacements:
+                if self.callback_handler.pop_callback(printer) is not None:
+                    self.add_callback(replacement)
+            self.clock = TrainingClock()
+            self.budget = TimeBudget(self.clock, time_budget)
+            self.add_callback(self.budget)
+            self.evaluations: list[tuple[int, dict[str, float], float]] = []
+            self.write_card: Callable[[], Any] | None = None
+
+        def evaluate(self, *args, **kwargs) -> dict[str, float]:
+            started = time.monotonic()
+            metrics = super().evaluate(*args, **kwargs)
+            seconds = time.monotonic() - started
+            self.clock.exclude(seconds)  # evaluation is not training time
+            self.evaluations.append((self.state.global_step, metrics, seconds))
+            return metrics
+
+        def create_model_card(self, *args, **kwargs) -> None:
+            """Write the command's card (``write_card``, set by the command: ``model_card.write_model_card`` with the
+            metadata, the model-index and the recipe) instead of the Trainer's generic one; ``push_to_hub`` calls
+            this after saving the model and before uploading the folder."""
+            if self.write_card is not None and self.is_world_process_zero():
+                self.write_card()
+
         def _get_train_sampler(self, train_dataset=None):
             sampler = super()._get_train_sampler(train_dataset)
             if type(sampler) is LengthGroupedSampler:
@@ -333,20 +883,34 @@ def _tagger_trainer_class():
     return TaggerTrainer
 
 
-def _time_budget_callback(seconds: float):
-    from transformers import TrainerCallback
+def _final_evaluation(trainer) -> tuple[dict[str, float], float]:
+    """The dev-set metrics of the final model and the seconds their evaluation took: the Trainer's own evaluation
+    of the last step when it made one (``--eval_strategy epoch`` evaluates at the end of the last, or the
+    interrupted, epoch) and the model is still that one; otherwise one evaluation now."""
+    if trainer.evaluations:
+        step, metrics, seconds = trainer.evaluations[-1]
+        best = trainer.state.best_model_checkpoint
+        reloaded = trainer.args.load_best_model_at_end and best and Path(best).name != f"checkpoint-{step}"
+        if step == trainer.state.global_step and not reloaded:
+            return dict(metrics), seconds
+    metrics = trainer.evaluate()
+    return dict(metrics), trainer.evaluations[-1][2]
 
-    class TimeBudget(TrainerCallback):
-        """Stop training once ``seconds`` of training have passed (checked after every step)."""
 
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.start = time.monotonic()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if time.monotonic() - self.start >= seconds:
-                control.should_training_stop = True
-
-    return TimeBudget()
+def _resume_checkpoint(training_args: TrainingArguments) -> str | None:
+    """The checkpoint to resume from: ``last`` is the newest complete one in ``--output_dir``."""
+    resume = training_args.resume_from_checkpoint
+    if resume == "last":
+        # The newest folder may be half-written (a run killed while saving): take the newest complete one.
+        resume = newest_complete_checkpoint(training_args.output_dir, logger)
+        if resume is None:
+            raise ValueError(f"--resume_from_checkpoint last: no complete checkpoint in {training_args.output_dir}")
+        logger.info("resuming from %s", resume)
+    elif resume:
+        problem = checkpoint_problem(resume) if Path(resume).is_dir() else "not a folder"
+        if problem:
+            raise ValueError(f"--resume_from_checkpoint: {resume} is incomplete: {problem}")
+    return resume
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,79 +918,73 @@ def _time_budget_callback(seconds: float):
 # ---------------------------------------------------------------------------------------------
 
 
-def train(args: argparse.Namespace) -> dict[str, Any]:
-    """Train, evaluate and save; returns the final metrics (``eval_*``, ``train_*``, ``tokens_per_second``)."""
-    from datasets import Dataset
-    from transformers import DataCollatorForTokenClassification, TrainingArguments, set_seed
+def train(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: TrainingArguments,
+    callbacks: Sequence[TrainerCallback] | None = None,
+) -> dict[str, Any]:
+    """Train, evaluate (once, at the end) and save; returns the final metrics (``eval_*``, ``train_*``).
 
-    set_seed(args.seed)
-    train_sentences, train_tags = read_conll(args.train_file)
-    if args.max_train_sentences:
-        train_sentences, train_tags = (
-            train_sentences[: args.max_train_sentences],
-            train_tags[: args.max_train_sentences],
-        )
-    scheme = detect_scheme(train_tags)
-    eval_sentences = eval_tags = None
-    if args.eval_file:
-        eval_sentences, eval_tags = read_conll(args.eval_file)
-        if args.max_eval_sentences:
-            eval_sentences, eval_tags = eval_sentences[: args.max_eval_sentences], eval_tags[: args.max_eval_sentences]
-        if scheme == "IOB1" or (scheme == "BIO" and detect_scheme(eval_tags) == "IOB1"):
-            scheme = "IOB1"
+    ``train_seconds`` is training time without evaluation (what ``--time_budget`` bounds), and
+    ``train_words_per_second`` the words of this run over it. ``callbacks`` are added to the Trainer.
+    """
+    with progress_bars(not training_args.disable_tqdm):
+        return _train(model_args, data_args, training_args, callbacks)
+
+
+def _train(
+    model_args: ModelArguments,
+    data_args: DataArguments,
+    training_args: TrainingArguments,
+    callbacks: Sequence[TrainerCallback] | None,
+) -> dict[str, Any]:
+    """[`train`] with the progress bars set."""
+    from datasets import Dataset
+    from transformers import DataCollatorForTokenClassification, set_seed
+
+    set_seed(training_args.seed)
+    data = load_tagging_data(data_args)
+    scheme = detect_scheme(data.train_tags)
+    if scheme == "IOB1" or (scheme == "BIO" and data.eval_tags is not None and detect_scheme(data.eval_tags) == "IOB1"):
+        scheme = "IOB1"
     if scheme == "IOB1":  # one scheme for training, evaluation and the saved model: BIO
-        train_tags = [iob1_to_bio(t) for t in train_tags]
-        eval_tags = [iob1_to_bio(t) for t in eval_tags] if eval_tags is not None else None
-    labels = sort_labels(t for tags in train_tags for t in tags)
-    print(
-        f"{len(train_sentences)} training sentences, {sum(map(len, train_sentences))} words; tag scheme {scheme}"
-        f"{' (converted to BIO)' if scheme == 'IOB1' else ''}; {len(labels)} labels: {' '.join(labels)}",
-        flush=True,
+        data.train_tags = [iob1_to_bio(t) for t in data.train_tags]
+        if data.eval_tags is not None:
+            data.eval_tags = [iob1_to_bio(t) for t in data.eval_tags]
+    # The dataset's declared tag names too (a ClassLabel), so that tags rare enough to miss the training cut work.
+    labels = sort_labels([t for tags in data.train_tags for t in tags] + list(data.label_names or []))
+    logger.info(
+        "%d training sentences, %d words; tag scheme %s%s; %d labels: %s",
+        len(data.train_sentences),
+        sum(map(len, data.train_sentences)),
+        scheme,
+        " (converted to BIO)" if scheme == "IOB1" else "",
+        len(labels),
+        " ".join(labels),
     )
 
-    model, tokenizer = build_model_and_tokenizer(args, labels, train_sentences)
-    needs_vocab_ids = model.needs_vocab_ids
-    uses_bilm = model.uses_bilm
-    if uses_bilm and model.config.freeze_bilm:
+    progress = not training_args.disable_tqdm
+    model, tokenizer = build_model_and_tokenizer(model_args, labels, data.train_sentences)
+    if model.uses_bilm and model.config.freeze_bilm:
         # A frozen character encoder gives every word a fixed vector: compute each once.
-        words = {w for sentence in train_sentences + (eval_sentences or []) for w in sentence}
-        model.elmo.build_token_cache(sorted(words), progress=not args.no_progress)
+        words = {w for sentence in data.train_sentences + (data.eval_sentences or []) for w in sentence}
+        model.elmo.build_token_cache(sorted(words), progress=progress)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    print(f"model: {sum(p.numel() for p in model.parameters()):,} parameters, {trainable:,} trained", flush=True)
+    logger.info("model: %s parameters, %s trained", f"{model.num_parameters():,}", f"{trainable:,}")
 
     def encode(sentences: list[list[str]], tags: list[list[str]]):
-        data = Dataset.from_dict({"tokens": sentences, "tags": tags})
-        return encode_dataset(data, tokenizer, model.config.label2id, needs_vocab_ids, args.max_words)
+        dataset = Dataset.from_dict({"tokens": sentences, "tags": tags})
+        return encode_dataset(dataset, tokenizer, model.config.label2id, model.needs_vocab_ids, data_args.max_words)
 
-    train_data = encode(train_sentences, train_tags)
-    eval_data = encode(eval_sentences, eval_tags) if eval_sentences is not None else None
-    eval_strategy = args.eval_strategy if eval_data is not None else "no"
-    training_args = TrainingArguments(
-        output_dir=args.output_dir,
-        per_device_train_batch_size=args.batch_size,
-        per_device_eval_batch_size=args.eval_batch_size,
-        learning_rate=args.learning_rate,
-        lr_scheduler_type=args.lr_scheduler,
-        warmup_steps=args.warmup_steps,
-        max_grad_norm=args.max_grad_norm,
-        num_train_epochs=args.epochs,
-        max_steps=args.max_steps if args.max_steps else -1,
-        eval_strategy=eval_strategy,
-        eval_steps=args.eval_steps,
-        save_strategy=args.save_strategy,
-        save_steps=args.save_steps,
-        save_total_limit=args.save_total_limit,
-        logging_strategy="steps",
-        logging_steps=args.logging_steps,
-        seed=args.seed,
-        train_sampling_strategy="group_by_length",  # similar lengths per batch: less padding
-        include_num_input_tokens_seen="non_padding",  # words (3-D ids would count 50 per word)
-        use_cpu=args.cpu,
-        disable_tqdm=args.no_progress,
-        report_to="none",
-        dataloader_num_workers=0,
-        dataloader_pin_memory=False,
-    )
+    train_data = encode(data.train_sentences, data.train_tags)
+    eval_data = encode(data.eval_sentences, data.eval_tags) if data.eval_sentences is not None else None
+    # The tokenizer's special ids in the config: the Trainer would align them itself, with a warning on every run.
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if getattr(tokenizer, name) is not None:
+            setattr(model.config, name, getattr(tokenizer, name))
+    if eval_data is None:
+        training_args.eval_strategy = IntervalStrategy.NO
     trainer = _tagger_trainer_class()(
         model=model,
         args=training_args,
@@ -436,75 +994,87 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         processing_class=tokenizer,
         compute_metrics=make_compute_metrics(model.config.id2label, scheme) if eval_data is not None else None,
         preprocess_logits_for_metrics=make_preprocess_logits(model),
-        callbacks=[_time_budget_callback(args.time_budget)] if args.time_budget else None,
+        callbacks=list(callbacks or []),
+        time_budget=getattr(training_args, "time_budget", 0.0),
     )
-    resume = args.resume_from_checkpoint
-    if resume == "last":
-        # The newest folder may be half-written (a run killed while saving): take the newest complete one.
-        resume = newest_complete_checkpoint(args.output_dir, logging.getLogger("modeling_elmo.training.train_tagger"))
-        if resume is None:
-            raise ValueError(f"--resume_from_checkpoint last: no complete checkpoint in {args.output_dir}")
-        print(f"resuming from {resume}", flush=True)
-    elif resume:
-        problem = checkpoint_problem(resume) if Path(resume).is_dir() else "not a folder"
-        if problem:
-            raise ValueError(f"--resume_from_checkpoint: {resume} is incomplete: {problem}")
-    started = time.monotonic()
+    resume = _resume_checkpoint(training_args)
     result = trainer.train(resume_from_checkpoint=resume)
-    train_seconds = time.monotonic() - started
+    train_seconds = trainer.clock.seconds
+    words_seen = int(trainer.state.num_input_tokens_seen) - trainer.budget.words_at_start
     metrics: dict[str, Any] = dict(result.metrics)
-    words_seen = int(trainer.state.num_input_tokens_seen)
     metrics.update(
         train_seconds=round(train_seconds, 2),
         train_words_seen=words_seen,
         train_words_per_second=round(words_seen / max(train_seconds, 1e-9), 1),
         train_steps=trainer.state.global_step,
+        train_stopped_on_time_budget=trainer.budget.stopped_on_budget,
         tag_scheme=scheme,
     )
+    if trainer.budget.stopped_on_budget:
+        logger.info("training stopped on --time_budget %s s after %d steps", training_args.time_budget,
+                    trainer.state.global_step)  # fmt: skip
     if eval_data is not None:
-        started = time.monotonic()
-        eval_metrics = trainer.evaluate()
-        eval_seconds = time.monotonic() - started
-        eval_words = sum(map(len, eval_sentences))
+        eval_metrics, eval_seconds = _final_evaluation(trainer)
+        eval_words = sum(map(len, data.eval_sentences))
         metrics.update(eval_metrics)
         metrics.update(eval_seconds=round(eval_seconds, 2), eval_words_per_second=round(eval_words / eval_seconds, 1))
-    trainer.save_model(args.output_dir)  # the model, its config (labels) and the tokenizer
-    if trainer.is_world_process_zero():
-        scores = [
-            ("f1", "Entity F1 (seqeval)", "eval_f1"),
-            ("precision", "Entity precision (seqeval)", "eval_precision"),
-            ("recall", "Entity recall (seqeval)", "eval_recall"),
-        ]
-        measured = [(kind, name, 100 * metrics[key]) for kind, name, key in scores if key in metrics]
+    scores = [
+        ("f1", "Entity F1 (seqeval)", "eval_f1"),
+        ("precision", "Entity precision (seqeval)", "eval_precision"),
+        ("recall", "Entity recall (seqeval)", "eval_recall"),
+    ]
+    measured = [(kind, name, 100 * metrics[key]) for kind, name, key in scores if key in metrics]
+    eval_source = data_args.dataset_name or data_args.eval_file
+    hub_dataset = hub_model_id(data_args.dataset_name) if data_args.dataset_name else None
+
+    def write_card() -> None:  # after the model is saved: the card reads its config's architectures
         write_model_card(
-            args.output_dir,
+            training_args.output_dir,
             trainer.model.config,
-            how_made=_how_made(args, metrics),
-            eval_results=metric_results("token-classification", "Sequence tagging", [args.eval_file], measured)
-            if args.eval_file and measured
+            how_made=_how_made(model_args, data_args, training_args, metrics),
+            eval_results=metric_results("token-classification", "Sequence tagging", [eval_source], measured)
+            if eval_source and measured
             else None,
-            base_model=None if args.no_elmo else hub_model_id(args.bilm),
+            datasets=[hub_dataset] if hub_dataset else None,
+            base_model=None if model_args.no_elmo else hub_model_id(model_args.bilm),
         )
+
+    trainer.write_card = write_card
     trainer.save_metrics("all", metrics)
-    print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, (list, dict))}, indent=1), flush=True)
+    trainer.save_state()  # trainer_state.json: the log history, every evaluation included
+    if training_args.push_to_hub:
+        trainer.push_to_hub(commit_message="End of training")  # saves the model, writes the card, uploads
+    else:
+        trainer.save_model(training_args.output_dir)  # the model, its config (labels) and the tokenizer
+        trainer.create_model_card()
+    if trainer.is_world_process_zero():
+        print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, (list, dict))}, indent=1), flush=True)
     return metrics
 
 
-def _how_made(args: argparse.Namespace, metrics: dict[str, Any]) -> str:
+def _how_made(
+    model_args: ModelArguments, data_args: DataArguments, training_args: TrainingArguments, metrics: dict[str, Any]
+) -> str:
     """The model card's provenance paragraph: the biLM, the data, the recipe and the dev F1."""
-    if args.no_elmo:
+    if model_args.no_elmo:
         source = "without ELMo (word embeddings only, the baseline)"
     else:
-        source = f"on the {'fine-tuned' if args.fine_tune_bilm else 'frozen'} biLM of `{args.bilm}`"
+        source = f"on the {'fine-tuned' if model_args.fine_tune_bilm else 'frozen'} biLM of `{model_args.bilm}`"
+    if data_args.dataset_name:
+        train_data = f"the dataset `{data_args.dataset_name}`"
+        eval_data = "its validation split"
+    else:
+        train_data = f"`{os.path.basename(data_args.train_file)}`"
+        eval_data = f"`{os.path.basename(data_args.eval_file or '')}`"
     text = (
         f"A tagger trained {source} with `python -m modeling_elmo.training.train_tagger` (the `modeling_elmo` package) "
-        f"on `{os.path.basename(args.train_file)}` ({metrics['tag_scheme']} tags, predicted as BIO): "
-        f"{metrics['train_steps']} steps of {args.batch_size} sentences, word input `{args.word_input}`, "
-        f"{'a CRF' if not args.no_crf else 'a per-word softmax'}."
+        f"on {train_data} ({metrics['tag_scheme']} tags, predicted as BIO): "
+        f"{metrics['train_steps']} steps of {training_args.per_device_train_batch_size} sentences, word input "
+        f"`{model_args.word_input}`, {'a CRF' if not model_args.no_crf else 'a per-word softmax'}."
     )
     if "eval_f1" in metrics:
         text += (
-            f" Entity-level F1 on `{os.path.basename(args.eval_file)}` (seqeval): {100 * metrics['eval_f1']:.2f} "
+            f" Entity-level F1 on {eval_data} (seqeval): {100 * metrics['eval_f1']:.2f} "
             f"(precision {100 * metrics['eval_precision']:.2f}, recall {100 * metrics['eval_recall']:.2f})."
         )
     return text
@@ -555,6 +1125,8 @@ def predict_sentences(
 
 def predict(args: argparse.Namespace) -> int:
     """Print ``word<TAB>tag`` for each word of each sentence, a blank line after each sentence."""
+    if not Path(args.predict).is_dir() and hub_model_id(args.predict) is None:
+        raise FileNotFoundError(f"--predict {args.predict}: no such folder (a tagger folder saved by training)")
     model, tokenizer = load_tagger(args.predict)
     sentences = list(args.sentences)
     if args.input_file:
@@ -563,145 +1135,36 @@ def predict(args: argparse.Namespace) -> int:
     if not sentences:
         sentences = [line.strip() for line in sys.stdin if line.strip()]
     if not sentences:
-        print("error: no sentences to tag (give them as arguments, with --input_file, or on stdin)", file=sys.stderr)
-        return 2
-    for tagged in predict_sentences(model, tokenizer, sentences, args.eval_batch_size):
+        raise ValueError("no sentences to tag (give them as arguments, with --input_file, or on stdin)")
+    for tagged in predict_sentences(model, tokenizer, sentences, args.per_device_eval_batch_size):
         for word, tag in tagged:
             print(f"{word}\t{tag}")
         print()
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m modeling_elmo.training.train_tagger",
-        description="Fine-tune an ELMo sequence tagger (biLSTM-CRF over scalar mixes of a frozen biLM) on CoNLL "
-        "files with the Hugging Face Trainer, or tag raw sentences with a saved one (--predict).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    io = parser.add_argument_group("data and model")
-    io.add_argument("--bilm", help="an ElmoModel folder (converted or trained); its biLM is the tagger's")
-    io.add_argument("--no_elmo", action="store_true", help="baseline without ELMo: word embeddings only")
-    io.add_argument("--train_file", help="CoNLL training file (word ... tag per line)")
-    io.add_argument("--eval_file", help="CoNLL evaluation (dev) file")
-    io.add_argument("--output_dir", help="where checkpoints and the final model go")
-    io.add_argument("--max_train_sentences", type=int, default=0, help="use only the first N (0: all)")
-    io.add_argument("--max_eval_sentences", type=int, default=0, help="use only the first N (0: all)")
-    io.add_argument("--max_words", type=int, default=0, help="cut longer sentences (0: no limit)")
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Command-line entry point; returns the exit status.
 
-    head = parser.add_argument_group("tagger")
-    head.add_argument(
-        "--word_input",
-        choices=["embedding", "bilm", "none"],
-        default="embedding",
-        help="x_k: a word embedding over the training vocabulary, the biLM's layer 0, or nothing",
-    )
-    head.add_argument("--min_word_freq", type=int, default=2, help="rarer training words share <UNK>'s embedding")
-    head.add_argument("--word_dim", type=int, default=100, help="word embedding size")
-    head.add_argument("--no_elmo_input", action="store_true", help="no ELMo mix at the BiLSTM's input")
-    head.add_argument("--elmo_output", action="store_true", help="a second ELMo mix at the BiLSTM's output")
-    head.add_argument("--hidden_size", type=int, default=200, help="task BiLSTM size per direction")
-    head.add_argument("--num_layers", type=int, default=2, help="task BiLSTM layers (0: none)")
-    head.add_argument("--dropout", type=float, default=0.5, help="dropout in the tagger")
-    head.add_argument("--elmo_dropout", type=float, default=0.5, help="dropout on the ELMo mixes")
-    head.add_argument("--l2_coef", type=float, default=0.001, help="L2 penalty on the mix weights")
-    head.add_argument(
-        "--layer_norm",
-        choices=["none", "token", "batch"],
-        default="none",
-        help="normalise the biLM layers before mixing",
-    )
-    head.add_argument("--no_crf", action="store_true", help="per-word softmax instead of a CRF")
-    head.add_argument("--fine_tune_bilm", action="store_true", help="train the biLM too (default: frozen)")
-
-    opt = parser.add_argument_group("training")
-    opt.add_argument("--epochs", type=float, default=3.0)
-    opt.add_argument("--max_steps", type=int, default=0, help="stop after this many steps (0: use --epochs)")
-    opt.add_argument("--time_budget", type=float, default=0, help="stop training after this many seconds (0: none)")
-    opt.add_argument("--batch_size", type=int, default=32)
-    opt.add_argument("--eval_batch_size", type=int, default=64)
-    opt.add_argument("--learning_rate", type=float, default=1e-3)
-    opt.add_argument("--lr_scheduler", default="linear", help="Trainer lr_scheduler_type (linear, constant, ...)")
-    opt.add_argument("--warmup_steps", type=int, default=0)
-    opt.add_argument("--max_grad_norm", type=float, default=5.0)
-    opt.add_argument("--eval_strategy", choices=["no", "steps", "epoch"], default="epoch")
-    opt.add_argument("--eval_steps", type=int, default=500)
-    opt.add_argument("--save_strategy", choices=["no", "steps", "epoch"], default="steps")
-    opt.add_argument("--save_steps", type=int, default=500)
-    opt.add_argument("--save_total_limit", type=int, default=2)
-    opt.add_argument("--logging_steps", type=int, default=50)
-    opt.add_argument("--resume_from_checkpoint", help="a checkpoint folder, or 'last' for the latest in --output_dir")
-    opt.add_argument("--seed", type=int, default=42)
-    opt.add_argument("--cpu", action="store_true", help="train on the CPU even if a GPU is present")
-    opt.add_argument("--num_threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    opt.add_argument("--no_progress", action="store_true", help="no progress bars")
-
-    pred = parser.add_argument_group("prediction")
-    pred.add_argument("--predict", metavar="MODEL_DIR", help="tag sentences with a saved tagger instead of training")
-    pred.add_argument("--input_file", help="with --predict: a file of raw sentences, one per line")
-    pred.add_argument("sentences", nargs="*", help="with --predict: raw sentences (default: read stdin)")
-    return parser
-
-
-def _check_train_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.sentences or args.input_file:
-        parser.error("sentences and --input_file go with --predict MODEL_DIR")
-    for name in ("train_file", "output_dir"):
-        if not getattr(args, name):
-            parser.error(f"--{name} is required for training")
-    if args.no_elmo and args.word_input != "embedding":
-        parser.error("--no_elmo is the word-embedding baseline: it needs --word_input embedding")
-    if not args.no_elmo and not args.bilm:
-        parser.error("give --bilm PATH (an ElmoModel folder), or --no_elmo for the baseline without ELMo")
-    if args.bilm and not Path(args.bilm).is_dir():
-        parser.error(f"--bilm {args.bilm}: not a folder")
-    if args.time_budget < 0 or (args.time_budget and not math.isfinite(args.time_budget)):
-        parser.error("--time_budget must be a non-negative number of seconds")
-    check_numbers(parser, args, TRAIN_NUMBER_RULES)
-    check_fraction(parser, args, "dropout", "elmo_dropout")
-
-
-# Numeric flags of training: (lowest, highest, what the bounds mean); see checks.check_numbers.
-TRAIN_NUMBER_RULES: dict[str, tuple] = {
-    "max_train_sentences": (0, None, "0: all"),
-    "max_eval_sentences": (0, None, "0: all"),
-    "max_words": (0, None, "0: no limit"),
-    "min_word_freq": (1, None, ""),
-    "word_dim": (1, None, ""),
-    "hidden_size": (1, None, ""),
-    "num_layers": (0, None, "0: no task BiLSTM"),
-    "l2_coef": (0, None, ""),
-    "epochs": (POSITIVE, None, ""),
-    "max_steps": (0, None, "0: use --epochs"),
-    "batch_size": (1, None, ""),
-    "eval_batch_size": (1, None, ""),
-    "learning_rate": (POSITIVE, None, ""),
-    "warmup_steps": (0, None, ""),
-    "max_grad_norm": (0, None, "0: no clipping"),
-    "eval_steps": (1, None, ""),
-    "save_steps": (1, None, ""),
-    "save_total_limit": (1, None, ""),
-    "logging_steps": (1, None, ""),
-    "seed": (0, MAX_SEED, ""),
-    "num_threads": (0, None, "0: torch's default"),
-}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command-line entry point; returns the exit status (1 with one ``error:`` line for bad input)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.predict:
-        check_numbers(parser, args, {"eval_batch_size": (1, None, "")})
-    else:
-        _check_train_args(parser, args)
+    Usage errors (an unknown option, a value of the wrong type) exit with 2 and one line; refusals (a value out of
+    range, a combination that means nothing, a re-run over checkpoints, bad files or models) return 1 with one
+    ``error:`` line, no traceback and no usage block.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = prog or PROG
     try:
-        if args.predict:
+        if _is_predict(argv):
+            args = build_predict_parser(prog).parse_args(
+                _rename_deprecated(argv, {"--eval_batch_size": "--per_device_eval_batch_size"}, prog)
+            )
+            check_numbers(_Refusal, args, {"per_device_eval_batch_size": (1, None, "")})
             return predict(args)
-        if args.num_threads:
-            torch.set_num_threads(args.num_threads)
-        train(args)
-    except (ValueError, OSError) as error:  # bad files, models or values: one line, no traceback
+        model_args, data_args, training_args = parse_args(argv, prog)
+        setup_logging(training_args)
+        if training_args.num_threads:
+            torch.set_num_threads(training_args.num_threads)
+        train(model_args, data_args, training_args)
+    except (ValueError, OSError) as error:  # bad values, files or models: one line, no traceback
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
