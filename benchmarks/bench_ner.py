@@ -78,16 +78,16 @@ def run(name: str, args: argparse.Namespace, extra: list[str]) -> dict:
     out = Path(args.output_dir) / name
     argv = [
         "--train_file", args.train_file, "--eval_file", args.dev_file, "--output_dir", str(out),
-        "--time_budget", str(args.time_budget), "--epochs", "1000", "--lr_scheduler", "constant",
+        "--time_budget", str(args.time_budget), "--num_train_epochs", "1000", "--lr_scheduler_type", "constant",
         "--eval_strategy", "no", "--save_strategy", "no", "--logging_steps", "100",
-        "--batch_size", str(args.batch_size), "--learning_rate", str(args.learning_rate),
+        "--per_device_train_batch_size", str(args.batch_size), "--learning_rate", str(args.learning_rate),
         "--hidden_size", str(args.hidden_size), "--num_layers", str(args.num_layers), "--word_dim", str(args.word_dim),
         "--max_eval_sentences", str(args.max_eval_sentences), *extra,
     ]  # fmt: skip
     if args.threads:
         argv += ["--num_threads", str(args.threads)]
     if not args.progress:
-        argv.append("--no_progress")
+        argv += ["--disable_tqdm", "true"]
     print(f"\n=== {name}: python -m modeling_elmo.training.train_tagger {' '.join(argv)}", flush=True)
     started = time.monotonic()
     status = train_tagger(argv)

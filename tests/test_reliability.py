@@ -731,7 +731,7 @@ def test_tagger_training_resumes_after_sigkill(tmp_path: Path):
     args = (
         f"--bilm {bilm} --train_file {conll} --word_dim 8 --hidden_size 8 --num_layers 1 --dropout 0.3 "
         f"--max_steps {RESUME_STEPS} --save_steps {RESUME_SAVE_EVERY} --save_total_limit 10 --logging_steps 1 "
-        "--batch_size 8 --seed 7 --eval_strategy no --no_progress --cpu --min_word_freq 1"
+        "--per_device_train_batch_size 8 --seed 7 --eval_strategy no --disable_tqdm true --use_cpu --min_word_freq 1"
     ).split()
     whole, resumed, killed_after = _kill_and_resume("modeling_elmo.training.train_tagger", args, tmp_path)
     _assert_same_losses(whole, resumed, killed_after)
