@@ -411,3 +411,26 @@ def test_convert_push_to_hub_errors(fixture_dir, tmp_path, hub, capsys, monkeypa
     assert err.startswith(f"error: converted to {out}, but publishing it to someone/elmo failed: Token is required")
     assert err.endswith(f"publish it later with `hf upload someone/elmo {out}`")
     assert (out / "model.safetensors").is_file()
+
+
+def test_training_commands_take_a_released_name(server, tmp_path, monkeypatch, capsys):
+    """``train-tagger --bilm NAME`` and ``train-lm --model_name_or_path NAME`` get the converted folder."""
+    from modeling_elmo.training import train_lm, train_tagger
+
+    monkeypatch.setenv("ELMO_DOWNLOAD_BASE_URL", server.url)
+    monkeypatch.setenv("ELMO_CACHE_DIR", str(tmp_path / "cache"))
+    conll = tmp_path / "train.txt"
+    conll.write_text("John B-PER\nlives O\n\n", encoding="utf-8")
+    model_args, _, _ = train_tagger.parse_args(
+        ["--bilm", "small", "--train_file", str(conll), "--output_dir", str(tmp_path / "ner")]
+    )
+    folder = Path(model_args.bilm)
+    assert folder.parent == tmp_path / "cache" and (folder / "model.safetensors").is_file()
+    requests = len(server.requested(WEIGHTS_PATH))
+    # Evaluation only, on a model without an LM vocabulary: refused, after the name was resolved to the folder.
+    code = train_lm.main(
+        ["--model_name_or_path", "small", "--eval_file", str(conll), "--output_dir", str(tmp_path / "lm")]
+    )
+    assert code == 1
+    assert f"{folder} has no LM vocabulary" in capsys.readouterr().err
+    assert len(server.requested(WEIGHTS_PATH)) == requests  # the cache, no second download

@@ -36,6 +36,7 @@ from transformers.trainer_utils import EvalLoopOutput, SchedulerType, get_last_c
 from transformers.training_args import OptimizerNames
 from transformers.utils import logging as hf_logging
 
+from ..commands.download import resolve_pretrained
 from ..configuration_elmo import ElmoConfig
 from ..model_card import hub_model_id, metric_results, write_model_card
 from ..modeling_elmo_pretraining import ElmoForPreTraining
@@ -670,6 +671,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 def _main(argv: Sequence[str] | None, prog: str) -> int:
     parser = build_parser(prog)
     model_args, data_args, training_args = parser.parse(argv)
+    if model_args.model_name_or_path:  # a released model's name (`elmo download --list`): its converted folder
+        model_args.model_name_or_path = resolve_pretrained(model_args.model_name_or_path)
     _check_args(model_args, data_args, training_args)
     _setup_logging(training_args)
     resume = _resume_checkpoint(data_args, training_args)

@@ -46,6 +46,7 @@ import torch
 from transformers import IntervalStrategy, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
+from ..commands.download import resolve_pretrained
 from ..model_card import hub_model_id, metric_results, write_model_card
 from .arguments import ElmoArgumentParser
 from .checkpoints import CHECKPOINT_PATTERN, checkpoint_problem, newest_complete_checkpoint
@@ -608,8 +609,11 @@ def check_run(model_args: ModelArguments, data_args: DataArguments, training_arg
 
 def parse_args(argv: Sequence[str] | None = None, prog: str | None = None):
     """``(ModelArguments, DataArguments, ElmoTaggerTrainingArguments)`` from the command line (or a JSON/YAML file),
-    checked. Raises ``ValueError`` for refused values; ``SystemExit(2)`` for usage errors."""
+    checked. ``--bilm`` may name a released model, downloaded and converted on first use. Raises ``ValueError`` for
+    refused values, ``OSError`` for a failed download, ``SystemExit(2)`` for usage errors."""
     model_args, data_args, training_args = build_parser(prog).parse(argv)
+    if model_args.bilm:  # a released model's name (`elmo download --list`): its converted folder
+        model_args.bilm = resolve_pretrained(model_args.bilm)
     check_run(model_args, data_args, training_args)
     return model_args, data_args, training_args
 
