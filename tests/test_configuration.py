@@ -374,7 +374,7 @@ def test_converter_reports_one_error_line(tmp_path, capsys, case, memory_limit):
     (tmp_path / "options.json").write_text(text)
     (tmp_path / "weights.hdf5").write_bytes(b"")  # never opened
     argv = ["--options_file", str(tmp_path / "options.json"), "--weight_file", str(tmp_path / "weights.hdf5")]
-    assert convert_main([*argv, "--output_dir", str(tmp_path / "out"), "--no_progress"]) == 1
+    assert convert_main([*argv, "--output_dir", str(tmp_path / "out"), "--disable_tqdm"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: invalid options file") and err.count("\n") == 1 and len(err) < 600, err[:600]
     assert not (tmp_path / "out").exists()

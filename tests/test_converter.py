@@ -695,7 +695,7 @@ def test_cli_bad_input_exits_with_error_message(small, tmp_path: Path):
     options, _ = small
     out = tmp_path / "out"
     absent = tmp_path / "absent.hdf5"
-    result = run_cli("--options_file", options, "--weight_file", absent, "--output_dir", out, "--no_progress")
+    result = run_cli("--options_file", options, "--weight_file", absent, "--output_dir", out, "--disable_tqdm")
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     assert f"error: weight file not found: {absent}" in result.stderr.splitlines()
@@ -707,7 +707,7 @@ def test_cli_main_reports_conversion_error(small, tmp_path: Path, capsys):
     options, weights = small
     options.write_text("not json", encoding="utf-8")
     out = tmp_path / "out"
-    argv = ["--options_file", str(options), "--weight_file", str(weights), "--output_dir", str(out), "--no_progress"]
+    argv = ["--options_file", str(options), "--weight_file", str(weights), "--output_dir", str(out), "--disable_tqdm"]
     assert main(argv) == 1
     stderr = capsys.readouterr().err
     assert stderr.startswith("error: invalid options file") and "not valid JSON" in stderr
@@ -718,7 +718,7 @@ def test_cli_main_output_dir_below_a_file(small, tmp_path: Path, capsys):
     options, weights = small
     (tmp_path / "a_file").write_text("x")
     out = tmp_path / "a_file" / "out"
-    argv = ["--options_file", str(options), "--weight_file", str(weights), "--output_dir", str(out), "--no_progress"]
+    argv = ["--options_file", str(options), "--weight_file", str(weights), "--output_dir", str(out), "--disable_tqdm"]
     assert main(argv) == 1
     assert capsys.readouterr().err.startswith("error: ")
     assert staging_leftovers(tmp_path) == []

@@ -91,7 +91,7 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
 
 def main_error(capsys, *args) -> str:
     """Run ``main()`` in process, which must return 1 after one ``error: ...`` line on stderr; that line."""
-    assert main([*map(str, args), "--no_progress"]) == 1
+    assert main([*map(str, args), "--disable_tqdm"]) == 1
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), lines
     return lines[0]
@@ -355,7 +355,7 @@ def test_conversion_while_another_holds_the_lock_fails_clearly(small, tmp_path: 
     out = tmp_path / "out"
     with open(tmp_path / ".out.lock", "w") as lock:  # what a running conversion to `out` holds
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        result = run_cli("--options_file", options, "--weight_file", weights, "--output_dir", out, "--no_progress")
+        result = run_cli("--options_file", options, "--weight_file", weights, "--output_dir", out, "--disable_tqdm")
     assert "another conversion is writing" in one_error_line(result)
     assert not out.exists() and hidden_leftovers(tmp_path) == [".out.lock"]  # the test's own lock file
 
@@ -379,7 +379,7 @@ def test_two_concurrent_conversions_one_succeeds(small, tmp_path: Path):
     out = tmp_path / "out"
     barrier = tmp_path / "barrier"
     barrier.mkdir()
-    args = ["--options_file", options, "--weight_file", weights, "--output_dir", out, "--no_progress"]
+    args = ["--options_file", options, "--weight_file", weights, "--output_dir", out, "--disable_tqdm"]
     command = [sys.executable, "-c", RACER, f"{barrier}/ready-", f"{barrier}/go", *map(str, args)]
     processes = [
         subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -424,7 +424,7 @@ def old_output(options: Path, weights: Path, out: Path) -> dict[str, bytes]:
 
 
 def killed_overwrite(options: Path, weights: Path, out: Path, faults: str) -> None:
-    args = ["--options_file", options, "--weight_file", weights, "--output_dir", out, "--overwrite", "--no_progress"]
+    args = ["--options_file", options, "--weight_file", weights, "--output_dir", out, "--overwrite", "--disable_tqdm"]
     result = run_cli(*args, env={"ELMO_CONVERT_FAULTS": faults})
     assert result.returncode == -signal.SIGKILL, result.stderr
 
@@ -534,7 +534,7 @@ def test_full_disk_while_writing_gives_one_error_line(small, tmp_path: Path, lim
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
-    args = ["--options_file", options, "--weight_file", weights, "--output_dir", out, "--overwrite", "--no_progress"]
+    args = ["--options_file", options, "--weight_file", weights, "--output_dir", out, "--overwrite", "--disable_tqdm"]
     result = run_cli(*args, preexec_fn=limit_file_size)
     message = one_error_line(result)
     assert f"could not write {out}" in message and "File too large" in message
@@ -585,7 +585,7 @@ def test_unreadable_options_file_is_named(small, tmp_path: Path):
     preexec = _without_file_permission_override if os.geteuid() == 0 else None
     try:
         result = run_cli("--options_file", options, "--weight_file", weights, "--output_dir", tmp_path / "out",
-                         "--no_progress", preexec_fn=preexec)  # fmt: skip
+                         "--disable_tqdm", preexec_fn=preexec)  # fmt: skip
     finally:
         options.chmod(0o644)
     if "prctl(PR_CAPBSET_DROP) failed" in result.stderr:
@@ -616,7 +616,7 @@ def test_output_folder_and_files_follow_the_umask(tmp_path, umask):
     out = tmp_path / "out"
     args = ["--options_file", str(fixture / "options.json"), "--weight_file", str(fixture / "lm_weights.hdf5")]
     done = subprocess.run(
-        [sys.executable, "-c", code, *args, "--output_dir", str(out), "--no_progress"],
+        [sys.executable, "-c", code, *args, "--output_dir", str(out), "--disable_tqdm"],
         capture_output=True,
         text=True,
         timeout=300,

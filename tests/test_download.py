@@ -252,7 +252,7 @@ def test_interrupted_command_resumes_on_the_next_call(server, tmp_path, converte
 
     helper = threading.Thread(target=interrupt, daemon=True)
     helper.start()
-    code = cli.main(["download", "small", "--cache_dir", str(cache), "--base_url", server.url, "--no_progress"])
+    code = cli.main(["download", "small", "--cache_dir", str(cache), "--base_url", server.url, "--disable_tqdm"])
     helper.join(10)
     out, err = capsys.readouterr()
     assert code == 130 and out == "" and err == "interrupted: run the same command again to resume the download\n"
@@ -314,7 +314,7 @@ def test_refused_connection_names_the_url_and_the_manual_route(tmp_path, capsys,
     assert cache_listing(cache) == []
 
     # The commands: one line, exit 1, no traceback.
-    assert cli.main(["download", "small", "--cache_dir", str(cache), "--base_url", base, "--no_progress"]) == 1
+    assert cli.main(["download", "small", "--cache_dir", str(cache), "--base_url", base, "--disable_tqdm"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: could not download") and err.count("\n") == 1 and "Traceback" not in err
     monkeypatch.setenv("ELMO_CACHE_DIR", str(cache))
@@ -381,7 +381,7 @@ def hub(monkeypatch):
 
 def convert_args(fixture_dir: Path, out: Path, *extra: str) -> list[str]:
     return ["--options_file", str(fixture_dir / "options.json"), "--weight_file", str(fixture_dir / "lm_weights.hdf5"),
-            "--output_dir", str(out), "--no_progress", *extra]  # fmt: skip
+            "--output_dir", str(out), "--disable_tqdm", *extra]  # fmt: skip
 
 
 def test_convert_push_to_hub_publishes_the_folder(fixture_dir, tmp_path, hub, capsys):

@@ -431,7 +431,7 @@ def test_converter_killed_while_writing_leaves_no_output(tmp_path: Path):
         str(weights),
         "--output_dir",
         str(out),
-        "--no_progress",
+        "--disable_tqdm",
     ]
     process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -578,7 +578,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output_dir", required=True, help="folder to write (must not exist or be empty)")
     parser.add_argument("--vocab_file", help="optional bilm-tf vocabulary file, for word ids (LM labels)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output_dir")
-    parser.add_argument("--no_progress", action="store_true", help="do not show a progress bar")
+    parser.add_argument("--disable_tqdm", action="store_true", help="no progress bars (transformers' flag name)")
+    parser.add_argument("--no_progress", action="store_true", help=argparse.SUPPRESS)  # the old name
     parser.add_argument(
         "--push_to_hub",
         metavar="REPO",
@@ -587,6 +588,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--private", action="store_true", help="with --push_to_hub: create the repository private")
     args = parser.parse_args(argv)
+    if args.no_progress:
+        print("note: --no_progress is deprecated and will be removed in the next release; use --disable_tqdm",
+              file=sys.stderr)  # fmt: skip
     if args.private and not args.push_to_hub:
         parser.error("--private needs --push_to_hub REPO")
     if args.push_to_hub:  # a bad name fails now, not after the conversion
@@ -605,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
             args.output_dir,
             vocab_file=args.vocab_file,
             overwrite=args.overwrite,
-            progress=not args.no_progress,
+            progress=not (args.disable_tqdm or args.no_progress),
         )
     except (FileNotFoundError, ConversionError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -2,7 +2,7 @@
 
 Command::
 
-    elmo download NAME [--cache_dir DIR] [--base_url URL] [--force] [--no_progress]
+    elmo download NAME [--cache_dir DIR] [--base_url URL] [--force] [--disable_tqdm]
     elmo download --list
 
 prints the converted folder's path on stdout; ``--model NAME`` of ``elmo embed`` and ``elmo similar`` does the same
@@ -522,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache_dir", "--cache-dir", help=f"cache folder (default: ${CACHE_DIR_ENV} or HF_HOME's)")
     parser.add_argument("--base_url", "--base-url", help=f"where the files are (default: ${BASE_URL_ENV} or AllenNLP)")
     parser.add_argument("--force", action="store_true", help="download and convert again even if cached")
-    parser.add_argument("--no_progress", "--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--disable_tqdm", action="store_true", help="no progress bars (transformers' flag name)")
+    parser.add_argument("--no_progress", action="store_true", help=argparse.SUPPRESS)  # the first spelling
     args = parser.parse_args(argv)
     if args.list:
         print(_list_models(args.base_url))
@@ -531,7 +532,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give a model NAME (or --list)")
     try:
         folder = download_released_model(
-            args.name, cache_dir=args.cache_dir, base_url=args.base_url, force=args.force, progress=not args.no_progress
+            args.name,
+            cache_dir=args.cache_dir,
+            base_url=args.base_url,
+            force=args.force,
+            progress=not (args.disable_tqdm or args.no_progress),
         )
     except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
