@@ -21,8 +21,13 @@ shorter sentence's vectors with zero vectors.
 from __future__ import annotations
 
 import numpy as np
-from transformers import AutoModel, AutoModelForTokenClassification
-from transformers.pipelines import PIPELINE_REGISTRY, FeatureExtractionPipeline, TokenClassificationPipeline
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
+from transformers.pipelines import (
+    PIPELINE_REGISTRY,
+    FeatureExtractionPipeline,
+    TextClassificationPipeline,
+    TokenClassificationPipeline,
+)
 from transformers.pipelines.token_classification import AggregationStrategy
 
 from .tokenization_elmo import VOCAB_IDS_PAD
@@ -156,4 +161,48 @@ if FEATURE_TASK not in PIPELINE_REGISTRY.supported_tasks:
         FEATURE_TASK, pipeline_class=ElmoFeatureExtractionPipeline, pt_model=AutoModel, type="text"
     )
 
-__all__ = ["ElmoFeatureExtractionPipeline", "ElmoTokenClassificationPipeline"]
+# ---------------------------------------------------------------------------------------------
+# Sentence classification (ElmoForSequenceClassification)
+# ---------------------------------------------------------------------------------------------
+
+TEXT_TASK = "elmo-text-classification"
+
+
+class ElmoTextClassificationPipeline(TextClassificationPipeline):
+    """``text-classification`` for ELMo sentence classifiers: ``{"label", "score"}`` per text, as the stock pipeline.
+
+    The stock pipeline runs ELMo's ``(1, words, 50)`` ids with ``batch_size=1``; with ``batch_size > 1`` its
+    collation pads the ids with the ``<pad>`` word's vocabulary id (not a character id), which this class undoes.
+    It travels with a saved classifier (its config names it in ``custom_pipelines`` under ``"text-classification"``):
+    ``pipeline("text-classification", model=folder_or_repo, trust_remote_code=True)``; with this package imported,
+    also as the task ``"elmo-text-classification"``.
+    """
+
+    def check_model_type(self, supported_models) -> None:
+        # transformers' list of sequence classifiers holds only its own models: it would log an error for ELMo's.
+        if not type(self.model).__name__.startswith("Elmo"):
+            super().check_model_type(supported_models)
+
+    def _forward(self, model_inputs):
+        """As the base class, after undoing the batch collation's padding (``batch_size > 1``) of the ids."""
+        return super()._forward(_unpad_character_ids(model_inputs))
+
+    def save_pretrained(self, save_directory, **kwargs) -> None:
+        """Save the model and tokenizer so that the folder runs this pipeline under ``"text-classification"``."""
+        from .hub_elmo import TEXT_CLASSIFICATION_PIPELINE, TEXT_PIPELINE_TASK
+
+        self.model.config.custom_pipelines = {TEXT_PIPELINE_TASK: dict(TEXT_CLASSIFICATION_PIPELINE)}
+        self.model.save_pretrained(save_directory, **kwargs)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(save_directory, **kwargs)
+
+
+if TEXT_TASK not in PIPELINE_REGISTRY.supported_tasks:  # also imported as remote code: register once
+    PIPELINE_REGISTRY.register_pipeline(
+        TEXT_TASK,
+        pipeline_class=ElmoTextClassificationPipeline,
+        pt_model=AutoModelForSequenceClassification,
+        type="text",
+    )
+
+__all__ = ["ElmoFeatureExtractionPipeline", "ElmoTextClassificationPipeline", "ElmoTokenClassificationPipeline"]
