@@ -9,8 +9,8 @@ The recipe, per sentence of ``n`` words::
     loss      = MSE / cross-entropy / BCE-with-logits by ``problem_type``  +  scalar_mix_l2_coef * sum ||w||^2
 
 This is the simplest faithful way to use ELMo for a sentence task: the vectors feed a task encoder whose states
-are pooled. The paper's SST-5 result (section 4, Table 1) used a larger model, the biattentive classification network (BCN)
-of McCann et al. (2017), which is not built here.
+are pooled. The paper's SST-5 result (section 4, Table 1) used a larger model, the biattentive classification
+network (BCN) of McCann et al. (2017), which is not built here.
 
 The head calls its [`ElmoModel`] (``self.elmo``) once per forward pass and reads its outputs (the word ``mask``
 and the mix), as ``BertForSequenceClassification`` calls ``self.bert``. What trains is decided by
