@@ -36,8 +36,13 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from transformers import AutoModel, AutoModelForTokenClassification
-from transformers.pipelines import PIPELINE_REGISTRY, FeatureExtractionPipeline, TokenClassificationPipeline
+from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
+from transformers.pipelines import (
+    PIPELINE_REGISTRY,
+    FeatureExtractionPipeline,
+    TextClassificationPipeline,
+    TokenClassificationPipeline,
+)
 from transformers.pipelines.token_classification import AggregationStrategy
 
 TASK = "elmo-token-classification"
@@ -253,9 +258,50 @@ _stock = PIPELINE_REGISTRY.supported_tasks.get(STOCK_TASK)
 if _stock is not None and any(_stock["impl"] is impl or _stock["impl"] == impl for impl in _STOCK_IMPLS):
     _stock["impl"] = ElmoAwareTokenClassificationRouter
 
+# ---------------------------------------------------------------------------------------------
+# Sentence classification (ElmoForSequenceClassification)
+# ---------------------------------------------------------------------------------------------
+
+TEXT_TASK = "elmo-text-classification"
+
+
+class ElmoTextClassificationPipeline(TextClassificationPipeline):
+    """``text-classification`` for ELMo sentence classifiers: ``{"label", "score"}`` per text, as the stock pipeline.
+
+    The model ignores the ids that batch collation puts at padded words (``attention_mask`` 0), so any
+    ``batch_size`` works.
+    It travels with a saved classifier (its config names it in ``custom_pipelines`` under ``"text-classification"``):
+    ``pipeline("text-classification", model=folder_or_repo, trust_remote_code=True)``; with this package imported,
+    also as the task ``"elmo-text-classification"``.
+    """
+
+    def check_model_type(self, supported_models) -> None:
+        # transformers' list of sequence classifiers holds only its own models: it would log an error for ELMo's.
+        if not type(self.model).__name__.startswith("Elmo"):
+            super().check_model_type(supported_models)
+
+    def save_pretrained(self, save_directory, **kwargs) -> None:
+        """Save the model and tokenizer so that the folder runs this pipeline under ``"text-classification"``."""
+        from .hub_elmo import TEXT_CLASSIFICATION_PIPELINE, TEXT_PIPELINE_TASK
+
+        self.model.config.custom_pipelines = {TEXT_PIPELINE_TASK: dict(TEXT_CLASSIFICATION_PIPELINE)}
+        self.model.save_pretrained(save_directory, **kwargs)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(save_directory, **kwargs)
+
+
+if TEXT_TASK not in PIPELINE_REGISTRY.supported_tasks:  # also imported as remote code: register once
+    PIPELINE_REGISTRY.register_pipeline(
+        TEXT_TASK,
+        pipeline_class=ElmoTextClassificationPipeline,
+        pt_model=AutoModelForSequenceClassification,
+        type="text",
+    )
+
 __all__ = [
     "ElmoAwareTokenClassificationRouter",
     "ElmoFeatureExtractionPipeline",
+    "ElmoTextClassificationPipeline",
     "ElmoTokenClassificationPipeline",
     "is_elmo_model",
 ]

@@ -20,6 +20,7 @@ SHIPPED = {
     "hub_elmo.py",
     "model_card.py",
     "modeling_elmo.py",
+    "modeling_elmo_classification.py",
     "modeling_elmo_pretraining.py",
     "modeling_elmo_tagging.py",
     "pipelines_elmo.py",

@@ -15,7 +15,13 @@ import torch
 from transformers.models.auto import modeling_auto
 from transformers_common import load_or_skip
 
-from modeling_elmo import ElmoConfig, ElmoForPreTraining, ElmoForTokenClassification, ElmoModel
+from modeling_elmo import (
+    ElmoConfig,
+    ElmoForPreTraining,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+)
 from modeling_elmo.characters import BEGIN_OF_WORD_CHAR, END_OF_WORD_CHAR, PADDING_CHAR
 
 modeling_common, configuration_common = load_or_skip("test_modeling_common", "test_configuration_common")
@@ -30,6 +36,7 @@ ROLES = {
     "MODEL_MAPPING_NAMES": "ElmoModel",
     "MODEL_FOR_PRETRAINING_MAPPING_NAMES": "ElmoForPreTraining",
     "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES": "ElmoForTokenClassification",
+    "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES": "ElmoForSequenceClassification",
 }
 
 
@@ -55,6 +62,7 @@ class ElmoModelTester:
         num_hidden_layers=2,
         tagger_hidden_size=8,
         tagger_num_layers=1,
+        classifier_hidden_size=8,
         num_labels=3,
         use_crf=True,
         lm_vocab_size=20,
@@ -79,6 +87,7 @@ class ElmoModelTester:
         self.num_hidden_layers = num_hidden_layers
         self.tagger_hidden_size = tagger_hidden_size
         self.tagger_num_layers = tagger_num_layers
+        self.classifier_hidden_size = classifier_hidden_size
         self.num_labels = num_labels
         self.use_crf = use_crf
         self.lm_vocab_size = lm_vocab_size
@@ -128,6 +137,7 @@ class ElmoModelTester:
             n_layers=self.num_hidden_layers,
             tagger_hidden_size=self.tagger_hidden_size,
             tagger_num_layers=self.tagger_num_layers,
+            classifier_hidden_size=self.classifier_hidden_size,
             num_labels=self.num_labels,
             use_crf=self.use_crf,
             lm_vocab_size=self.lm_vocab_size,
@@ -162,13 +172,21 @@ class ElmoModelTester:
         self.parent.assertEqual(result.loss.shape, ())
         self.parent.assertEqual(result.logits.shape, (self.batch_size, self.seq_length, self.num_labels))
 
+    def create_and_check_for_sequence_classification(self, config, input_ids, input_mask, token_labels, lm_labels):
+        model = ElmoForSequenceClassification(config).eval()
+        sequence_labels = ids_tensor([self.batch_size], self.num_labels)
+        with torch.no_grad():
+            result = model(input_ids, attention_mask=input_mask, labels=sequence_labels)
+        self.parent.assertEqual(result.loss.shape, ())
+        self.parent.assertEqual(result.logits.shape, (self.batch_size, self.num_labels))
+
     def prepare_config_and_inputs_for_common(self):
         config, input_ids, input_mask, _, _ = self.prepare_config_and_inputs()
         return config, {"input_ids": input_ids, "attention_mask": input_mask}
 
 
 class ElmoModelTest(ModelTesterMixin, unittest.TestCase):
-    all_model_classes = (ElmoModel, ElmoForPreTraining, ElmoForTokenClassification)
+    all_model_classes = (ElmoModel, ElmoForPreTraining, ElmoForTokenClassification, ElmoForSequenceClassification)
     # A biLSTM: no attention weights to return or mask patterns to test (as Mamba, RWKV, xLSTM).
     has_attentions = False
     # Character ids over a fixed 262-symbol set: no word vocabulary to resize (as CANINE).
@@ -226,8 +244,30 @@ class ElmoModelTest(ModelTesterMixin, unittest.TestCase):
     def test_for_token_classification(self):
         self.model_tester.create_and_check_for_token_classification(*self.model_tester.prepare_config_and_inputs())
 
+    def test_for_sequence_classification(self):
+        self.model_tester.create_and_check_for_sequence_classification(*self.model_tester.prepare_config_and_inputs())
+
     @unittest.skip(reason="Deliberate: a checkpoint without the biLM weights is a named error, never a random biLM")
     def test_model_weights_reload_no_missing_tied_weights(self):
+        pass
+
+    def test_can_load_ignoring_mismatched_shapes(self):
+        # Deliberate: weights that do not fit are a ValueError naming them (ElmoPreTrainedModel.from_pretrained), where
+        # transformers lets torch raise a RuntimeError. The common test, with that error in its place.
+        assert_raises = self.assertRaises
+        self.assertRaises = lambda error, *args, **kwargs: assert_raises(
+            ValueError if error is RuntimeError else error, *args, **kwargs
+        )
+        try:
+            super().test_can_load_ignoring_mismatched_shapes()
+        finally:
+            del self.assertRaises
+
+    @unittest.skip(
+        reason="Changes vocab_size and expects AutoModel to fail on it: ELMo reads characters and has no vocab_size "
+        "(the num_labels mismatch: test_can_load_ignoring_mismatched_shapes, tests/test_sequence_classification.py)"
+    )
+    def test_load_with_mismatched_shapes(self):
         pass
 
     def test_torch_save_load(self):
