@@ -25,10 +25,12 @@ D = lstm_dim, T = W + 2 (words plus the sentence boundaries the model adds).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging as std_logging
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -665,6 +667,39 @@ def hub_local_files_only(
     return False
 
 
+class _HeldRecords(std_logging.Filter):
+    """A logging filter that holds back the records whose message contains ``marker``, until [`release`]."""
+
+    def __init__(self, logger: std_logging.Logger, marker: str) -> None:
+        super().__init__()
+        self.logger, self.marker = logger, marker
+        self.records: list[std_logging.LogRecord] = []
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        if self.marker in record.getMessage():
+            self.records.append(record)
+            return False
+        return True
+
+    def release(self) -> None:
+        """Log the held records now (once)."""
+        self.logger.removeFilter(self)
+        records, self.records = self.records, []
+        for record in records:
+            self.logger.handle(record)
+
+
+@contextlib.contextmanager
+def _held_load_report() -> Iterator[_HeldRecords]:
+    """Within the block, transformers' LOAD REPORT is held back; ``release()`` logs it, else it is dropped."""
+    held = _HeldRecords(logging.get_logger("transformers.modeling_utils"), "LOAD REPORT")
+    held.logger.addFilter(held)
+    try:
+        yield held
+    finally:
+        held.logger.removeFilter(held)
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
@@ -733,14 +768,20 @@ class ElmoPreTrainedModel(PreTrainedModel):
         source = os.fspath(name) if isinstance(name, (str, os.PathLike)) else "the given state_dict"
         ignore_mismatched = kwargs.pop("ignore_mismatched_sizes", False)
         want_info = kwargs.pop("output_loading_info", False)
-        try:
-            model, info = super().from_pretrained(
-                name, *model_args, ignore_mismatched_sizes=True, output_loading_info=True, **kwargs
-            )
-        except Exception as error:
-            if type(error).__name__ != "SafetensorError":
-                raise
-            raise OSError(f"cannot read the safetensors weights of {source}: corrupt or truncated ({error})") from error
+        # transformers logs its load report during the load: held back, so that a checkpoint that does not fit
+        # gives one error (below), not a table of "Reinit due to size mismatch" and then the error.
+        with _held_load_report() as report:
+            try:
+                model, info = super().from_pretrained(
+                    name, *model_args, ignore_mismatched_sizes=True, output_loading_info=True, **kwargs
+                )
+            except Exception as error:
+                report.release()
+                if type(error).__name__ != "SafetensorError":
+                    raise
+                raise OSError(
+                    f"cannot read the safetensors weights of {source}: corrupt or truncated ({error})"
+                ) from error
         prefix = cls.base_model_prefix + "."
         core = ("char_cnn.", "bilm.")
         problems = []
@@ -762,6 +803,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 f"the weights in {source} do not fit the config (wrong sizes or layer counts in config.json "
                 f"or in from_pretrained arguments?): {shown}"
             )
+        report.release()  # what is left in it (if anything) is worth a look
         _check_finite(model, source)
         model._after_loading()
         return (model, info) if want_info else model
@@ -915,6 +957,13 @@ class ElmoModel(ElmoPreTrainedModel):
     The biLM runs without autograd when none of the character encoder's and the LSTMs' parameters
     requires grad (a frozen biLM): ``requires_grad`` alone decides what trains.
     """
+
+    # What a load from another kind of ELMo folder rightly lacks or has in excess (transformers leaves these out of
+    # its load report; the biLM's own weights, char_cnn.* and bilm.*, are checked in from_pretrained): the scalar
+    # mixes, a task's weights that start equal (an LM folder has none; num_output_representations may differ),
+    # and the LM softmax of a folder written by `elmo train-lm`. The heads that hold an ElmoModel inherit them.
+    _keys_to_ignore_on_load_missing = [r"(^|\.)scalar_mixes\."]
+    _keys_to_ignore_on_load_unexpected = [r"(^|\.)scalar_mixes\.", r"^softmax\."]
 
     def __init__(
         self, config: ElmoConfig, num_output_representations: int | None = None, pretraining_init: bool = False

@@ -111,6 +111,9 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
     ``model.freeze_bilm(False)``) trains the whole biLM too; gradient checkpointing of its layers then works.
     """
 
+    # The head is new when loading a biLM folder (converted, or written by `elmo train-lm`).
+    _keys_to_ignore_on_load_missing = [r"^(word_embeddings|encoder|classifier|crf)\."]
+
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         config.validate_tagger()
