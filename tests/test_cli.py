@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import shlex
@@ -19,6 +20,7 @@ import torch
 
 from modeling_elmo import ElmoModel, ElmoTokenizer
 from modeling_elmo.commands import cli
+from modeling_elmo.hub_elmo import shipped_files
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -327,8 +329,19 @@ def test_demo_model_is_bundled_as_data():
         pytest.fail(f"the bundled demo model is missing: run scripts/train_demo_model.sh to create {demo}")
     files = set(os.listdir(demo))
     assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= files
-    assert not [f for f in files if f.endswith(".py")], "the demo model folder must hold data only, no code"
     assert (demo / "model.safetensors").stat().st_size < 8_000_000
+    assert sum((demo / f).stat().st_size for f in files) < 5_000_000  # weights 3.8 MB, code 0.3 MB
+    # A Hub folder like every saved one (issue 15 item 6): auto_map and the code that save_pretrained copies, the
+    # package's current code (after a change of a shipped module, re-save the folder: see scripts/train_demo_model.sh).
+    for name in ("config.json", "tokenizer_config.json"):
+        assert "AutoTokenizer" in json.loads((demo / name).read_text())["auto_map"], name
+    shipped = {path.name: path for path in shipped_files()}
+    assert {f for f in files if f.endswith(".py")} == set(shipped)
+    stale = sorted(name for name, path in shipped.items() if (demo / name).read_bytes() != path.read_bytes())
+    assert not stale, (
+        f"the demo folder's code files {stale} differ from the package's: re-save it with "
+        "ELMO_DEMO_EXPORT_ONLY=1 ELMO_DEMO_WORK_DIR=modeling_elmo/commands/demo_model bash scripts/train_demo_model.sh"
+    )
     model = ElmoModel.from_pretrained(demo)
     assert model.config.n_layers == 2 and model.config.projection_dim == 64
     assert ElmoTokenizer.from_pretrained(demo).tokenize("The bank.") == ["The", "bank", "."]  # raw text is split
