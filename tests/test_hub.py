@@ -336,7 +336,7 @@ def test_remote_code_loads_without_the_package(folders, tmp_path):
 # The bundled demo folder, copied elsewhere and loaded where the package cannot be imported: without
 # trust_remote_code transformers must refuse it clearly (the folder names its code in auto_map); with it, the folder's
 # own code runs. Never transformers' generic word-level tokenizer (issue 15 item 6).
-DEMO_REMOTE_SCRIPT = REMOTE_SCRIPT.split("    import numpy as np", 1)[0] + textwrap.dedent(
+DEMO_REMOTE_SCRIPT = REMOTE_SCRIPT.split("\nimport numpy as np\n", 1)[0] + textwrap.dedent(
     r"""
     import numpy as np
     import torch
