@@ -496,6 +496,21 @@ def test_tf_hub_outputs_names_shapes_and_masked_mean(folders):
         model.embed_sentences(SENTENCES, tokenizer, output="lstm_outputs3")
 
 
+def test_tf_hub_outputs_and_embed_sentences_need_no_gradients(folders):
+    """Both are inference helpers (issue 15 item 11): nothing they return requires grad, even on a trainable model
+    outside ``torch.no_grad()``; ``embed_sentences`` returns one output (a tensor, or one tensor per sentence)."""
+    model = ElmoModel.from_pretrained(folders["base"])
+    model.requires_grad_(True)
+    tokenizer = ElmoTokenizer.from_pretrained(folders["base"])
+    outputs = model.tf_hub_outputs(**tokenizer(SENTENCES, padding=True, return_tensors="pt"))
+    assert torch.is_grad_enabled() and isinstance(outputs, dict)
+    assert [name for name, tensor in outputs.items() if tensor.requires_grad] == []
+    vectors = model.embed_sentences(SENTENCES, tokenizer)
+    assert isinstance(vectors, torch.Tensor) and vectors.shape == (3, 16) and not vectors.requires_grad
+    words = model.embed_sentences(SENTENCES, tokenizer, output="elmo")
+    assert [tuple(t.shape) for t in words] == [(7, 16), (2, 16), (7, 16)] and not any(t.requires_grad for t in words)
+
+
 # ---------------------------------------------------------------------------------------------
 # 6. dtype and device_map
 # ---------------------------------------------------------------------------------------------

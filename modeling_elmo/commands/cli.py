@@ -76,7 +76,24 @@ class CliError(Exception):
 
 
 def demo_model_path() -> Path:
-    """The folder of the bundled demo model (it may be missing in a checkout that has not trained it)."""
+    """The folder of the bundled demo model, to pass to ``from_pretrained`` (what ``elmo embed`` and ``elmo similar``
+    use without ``--model``).
+
+    The demo model is a toy-sized biLM (2 layers, LSTM 256, projection 64) that this project trained on WikiText-2,
+    not the released ELMo: it runs the examples without a download. The folder is a complete saved model (weights,
+    tokenizer, code files and ``auto_map``), so ``AutoModel.from_pretrained(demo_model_path())`` works with this
+    package imported, and with ``trust_remote_code=True`` without it. Light: imports neither torch nor transformers.
+
+    ```python
+    from modeling_elmo import ElmoModel, ElmoTokenizer
+    from modeling_elmo.commands.cli import demo_model_path
+
+    model = ElmoModel.from_pretrained(demo_model_path())
+    tokenizer = ElmoTokenizer.from_pretrained(demo_model_path())
+    ```
+
+    The folder may be missing in a checkout that has not trained it (``scripts/train_demo_model.sh``).
+    """
     return DEMO_MODEL_DIR
 
 
