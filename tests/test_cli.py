@@ -215,7 +215,7 @@ def test_embed_two_processes_equals_one(tiny_dir, tmp_path):
 def test_similar_prints_table(tiny_dir, capsys):
     assert run_cli("similar", "--model", tiny_dir) == 0
     out = capsys.readouterr().out
-    assert 'Cosine similarity of "bank"' in out
+    assert f'Cosine similarity of "{cli.DEFAULT_SIMILAR_WORD}"' in out
     rows = [line for line in out.splitlines() if re.match(r"\s*\d+\s", line)]
     assert len(rows) == 4
     for i, row in enumerate(rows):
@@ -245,6 +245,28 @@ def test_similar_errors(tiny_dir, capsys):
     assert "--layer must be between 0 and 2" in capsys.readouterr().err
     assert run_cli("similar", "--model", tiny_dir, "only one bank") == 1
     assert "at least two sentences" in capsys.readouterr().err
+    assert run_cli("similar", "--model", tiny_dir, "--word", "fish") == 1
+    assert "no built-in sentences for --word 'fish'" in capsys.readouterr().err
+
+
+_SENSE_SUMMARY = re.compile(r"Same sense (\d\.\d+) (?:>|,) different sense (\d\.\d+) \(means of (\w+)/")
+
+
+def test_default_similar_shows_the_effect_on_the_demo_model(capsys):
+    """The first command (`elmo similar`, the bundled demo model) shows what ELMo is for (issue 15 item 12): one line
+    says that the word's vectors are more alike within a sense than across senses. A fact about the bundled weights,
+    measured by benchmarks/pick_demo_word.py, which also chose the default word on held-out sentences."""
+    assert run_cli("similar", "--device", "cpu") == 0
+    out = capsys.readouterr().out
+    summary = [line for line in out.splitlines() if _SENSE_SUMMARY.match(line)]
+    assert len(summary) == 1, out
+    same, different, sense = _SENSE_SUMMARY.match(summary[0]).groups()
+    assert float(same) > float(different) + 0.1, summary[0]  # the gap is ~0.24 on the bundled weights
+    assert summary[0].endswith("the vectors depend on the context.")
+    assert sense == cli.SIMILAR_EXAMPLES[cli.DEFAULT_SIMILAR_WORD].senses[0]
+    # bank stays available (the classic example, for converted models), with the same kind of summary
+    assert run_cli("similar", "--device", "cpu", "--word", "bank") == 0
+    assert [line for line in capsys.readouterr().out.splitlines() if _SENSE_SUMMARY.match(line)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -360,10 +382,11 @@ def test_readme_main_job_command_runs_on_the_demo_model():
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "toy-sized biLM trained on WikiText-2" in out
-    assert 'Cosine similarity of "bank"' in out
+    word = cli.DEFAULT_SIMILAR_WORD
+    assert f'Cosine similarity of "{word}"' in out
     rows = [line for line in out.splitlines() if re.match(r"\s*\d+\s", line)]
-    assert len(rows) == 4 and all("bank" in row for row in rows)
-    assert "Same sense" in out
+    assert len(rows) == 4 and all(word in row for row in rows)
+    assert "Same sense" in out and "the vectors depend on the context" in out
 
 
 def test_readme_elmo_examples_run(fixture_dir, tmp_path, monkeypatch, capsys):

@@ -1257,10 +1257,16 @@ class ElmoModel(ElmoPreTrainedModel):
     # Sentence embeddings and named layers, as TF-Hub's ELMo module (issue #5)
     # -----------------------------------------------------------------------------------------
 
+    @torch.no_grad()
     def tf_hub_outputs(
         self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
-        """The outputs of TF-Hub's ELMo module, by the names it uses.
+        """The outputs of TF-Hub's ELMo module, by the names it uses, for one tokenized batch.
+
+        An inference helper, as the TF-Hub module with ``trainable=False``: it runs without gradients (no tensor
+        requires grad); the model's mode (``eval()`` / ``train()``, i.e. dropout) is the caller's. To train through
+        ELMo, call the model itself (``model(**batch).elmo``). [`embed_sentences`] does the same from text, batch by
+        batch, and returns one of these outputs.
 
         Args:
             input_ids: ``(B, W, C)`` character ids from [`ElmoTokenizer`].
@@ -1298,8 +1304,12 @@ class ElmoModel(ElmoPreTrainedModel):
         batch_size: int = 32,
         is_split_into_words: bool | None = None,
     ) -> torch.Tensor | list[torch.Tensor]:
-        """Embed sentences (raw text, or lists of words) with TF-Hub ELMo's output ``output``, in eval mode and
-        without gradients.
+        """Embed sentences (raw text, or lists of words): one output of [`tf_hub_outputs`], in eval mode and without
+        gradients, tokenized and batched here.
+
+        Unlike [`tf_hub_outputs`], which returns a dict of every output for one tokenized batch, this returns the
+        one output asked for, without padding: a tensor of sentence vectors for ``"default"``, else one tensor per
+        sentence.
 
         Args:
             sentences: strings (split into words by the tokenizer) or lists of words.
