@@ -94,7 +94,7 @@ def __dir__() -> list[str]:
 _AUTO_MODULE = "transformers.models.auto.configuration_auto"
 _PIPELINES_MODULE = "transformers.pipelines"
 _done = {_AUTO_MODULE: False, _PIPELINES_MODULE: False}
-# The modules of these packages being imported right now, per thread (the innermost last).
+# Whose imports are followed, and (per thread, ``.names``) those of them under way, the innermost last.
 _WATCHED = ("transformers.", f"{__name__}.")
 _importing = threading.local()
 
