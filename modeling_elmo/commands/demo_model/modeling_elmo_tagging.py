@@ -111,8 +111,10 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
     ``model.freeze_bilm(False)``) trains the whole biLM too; gradient checkpointing of its layers then works.
     """
 
-    # The head is new when loading a biLM folder (converted, or written by `elmo train-lm`).
-    _keys_to_ignore_on_load_missing = [r"^(word_embeddings|encoder|classifier|crf)\."]
+    # A biLM folder (converted, or written by `elmo train-lm`) has no head, and maybe other scalar mixes or an LM
+    # softmax (see ElmoPreTrainedModel).
+    _expected_missing_on_load = (r"^(word_embeddings|encoder|classifier|crf)\.", r"(^|\.)scalar_mixes\.")
+    _expected_unexpected_on_load = (r"(^|\.)scalar_mixes\.", r"^softmax\.")
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
