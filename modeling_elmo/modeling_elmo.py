@@ -25,11 +25,14 @@ D = lstm_dim, T = W + 2 (words plus the sentence boundaries the model adds).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging as std_logging
 import math
 import operator
 import os
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -707,12 +710,53 @@ def hub_local_files_only(
     return False
 
 
+class _HeldRecords(std_logging.Filter):
+    """A logging filter that holds back the records whose message contains ``marker``, until [`release`]."""
+
+    def __init__(self, logger: std_logging.Logger, marker: str) -> None:
+        super().__init__()
+        self.logger, self.marker = logger, marker
+        self.records: list[std_logging.LogRecord] = []
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        if self.marker in record.getMessage():
+            self.records.append(record)
+            return False
+        return True
+
+    def release(self) -> None:
+        """Log the held records now (once)."""
+        self.logger.removeFilter(self)
+        records, self.records = self.records, []
+        for record in records:
+            self.logger.handle(record)
+
+
+@contextlib.contextmanager
+def _held_load_report() -> Iterator[_HeldRecords]:
+    """Within the block, transformers' LOAD REPORT is held back; ``release()`` logs it, else it is dropped."""
+    held = _HeldRecords(logging.get_logger("transformers.modeling_utils"), "LOAD REPORT")
+    held.logger.addFilter(held)
+    try:
+        yield held
+    finally:
+        held.logger.removeFilter(held)
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["ElmoBiLstmLayer", "ElmoCharacterEncoder"]
+    # Checkpoint keys (regular expressions, searched) that a load from another kind of ELMo folder rightly lacks
+    # or has in excess: when every missing and unexpected key is one of these, transformers' LOAD REPORT is not
+    # shown (issue 15 item 3); output_loading_info still lists them all. Not transformers'
+    # _keys_to_ignore_on_load_missing/_unexpected: those also drop the keys from output_loading_info, which callers
+    # read (train-lm refuses to evaluate a softmax missing from the checkpoint). The biLM's own weights (char_cnn.*,
+    # bilm.*) are never expected to differ: from_pretrained raises for them.
+    _expected_missing_on_load: tuple[str, ...] = ()
+    _expected_unexpected_on_load: tuple[str, ...] = ()
 
     # Loading (issue #8): weights only from safetensors (never a pickle), and a checkpoint that does not fit the
     # config is an error, not a silent random init of the parts that do not fit.
@@ -775,14 +819,20 @@ class ElmoPreTrainedModel(PreTrainedModel):
         source = os.fspath(name) if isinstance(name, (str, os.PathLike)) else "the given state_dict"
         ignore_mismatched = kwargs.pop("ignore_mismatched_sizes", False)
         want_info = kwargs.pop("output_loading_info", False)
-        try:
-            model, info = super().from_pretrained(
-                name, *model_args, ignore_mismatched_sizes=True, output_loading_info=True, **kwargs
-            )
-        except Exception as error:
-            if type(error).__name__ != "SafetensorError":
-                raise
-            raise OSError(f"cannot read the safetensors weights of {source}: corrupt or truncated ({error})") from error
+        # transformers logs its load report during the load: held back, so that a checkpoint that does not fit
+        # gives one error (below), not a table of "Reinit due to size mismatch" and then the error.
+        with _held_load_report() as report:
+            try:
+                model, info = super().from_pretrained(
+                    name, *model_args, ignore_mismatched_sizes=True, output_loading_info=True, **kwargs
+                )
+            except Exception as error:
+                report.release()
+                if type(error).__name__ != "SafetensorError":
+                    raise
+                raise OSError(
+                    f"cannot read the safetensors weights of {source}: corrupt or truncated ({error})"
+                ) from error
         prefix = cls.base_model_prefix + "."
         core = ("char_cnn.", "bilm.")
         problems = []
@@ -804,9 +854,25 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 f"the weights in {source} do not fit the config (wrong sizes or layer counts in config.json "
                 f"or in from_pretrained arguments?): {shown}"
             )
+        if not cls._only_expected_differences(info, ignore_mismatched):
+            report.release()  # something else differs: transformers' table is worth a look
         _check_finite(model, source)
         model._after_loading()
         return (model, info) if want_info else model
+
+    @classmethod
+    def _only_expected_differences(cls, info: dict, ignore_mismatched: bool) -> bool:
+        """Whether every key that a load found missing or unexpected is one this class expects to differ (and,
+        with ``ignore_mismatched_sizes=True``, none was re-initialised for its size)."""
+        if ignore_mismatched and info["mismatched_keys"]:
+            return False
+        for kind, patterns in (
+            ("missing_keys", cls._expected_missing_on_load),
+            ("unexpected_keys", cls._expected_unexpected_on_load),
+        ):
+            if any(not any(re.search(p, key) for p in patterns) for key in info[kind]):
+                return False
+        return True
 
     @staticmethod
     def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs):
@@ -957,6 +1023,12 @@ class ElmoModel(ElmoPreTrainedModel):
     The biLM runs without autograd when none of the character encoder's and the LSTMs' parameters
     requires grad (a frozen biLM): ``requires_grad`` alone decides what trains.
     """
+
+    # What a load from another kind of ELMo folder rightly lacks or has in excess (see ElmoPreTrainedModel): the
+    # scalar mixes, a task's weights that start equal (an LM folder has none; num_output_representations may
+    # differ), and the LM softmax of a folder written by `elmo train-lm`.
+    _expected_missing_on_load = (r"(^|\.)scalar_mixes\.",)
+    _expected_unexpected_on_load = (r"(^|\.)scalar_mixes\.", r"^softmax\.")
 
     def __init__(
         self, config: ElmoConfig, num_output_representations: int | None = None, pretraining_init: bool = False
@@ -1257,10 +1329,16 @@ class ElmoModel(ElmoPreTrainedModel):
     # Sentence embeddings and named layers, as TF-Hub's ELMo module (issue #5)
     # -----------------------------------------------------------------------------------------
 
+    @torch.no_grad()
     def tf_hub_outputs(
         self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None
     ) -> dict[str, torch.Tensor]:
-        """The outputs of TF-Hub's ELMo module, by the names it uses.
+        """The outputs of TF-Hub's ELMo module, by the names it uses, for one tokenized batch.
+
+        An inference helper, as the TF-Hub module with ``trainable=False``: it runs without gradients (no tensor
+        requires grad); the model's mode (``eval()`` / ``train()``, i.e. dropout) is the caller's. To train through
+        ELMo, call the model itself (``model(**batch).elmo``). [`embed_sentences`] does the same from text, batch by
+        batch, and returns one of these outputs.
 
         Args:
             input_ids: ``(B, W, C)`` character ids from [`ElmoTokenizer`].
@@ -1298,8 +1376,12 @@ class ElmoModel(ElmoPreTrainedModel):
         batch_size: int = 32,
         is_split_into_words: bool | None = None,
     ) -> torch.Tensor | list[torch.Tensor]:
-        """Embed sentences (raw text, or lists of words) with TF-Hub ELMo's output ``output``, in eval mode and
-        without gradients.
+        """Embed sentences (raw text, or lists of words): one output of [`tf_hub_outputs`], in eval mode and without
+        gradients, tokenized and batched here.
+
+        Unlike [`tf_hub_outputs`], which returns a dict of every output for one tokenized batch, this returns the
+        one output asked for, without padding: a tensor of sentence vectors for ``"default"``, else one tensor per
+        sentence.
 
         Args:
             sentences: strings (split into words by the tokenizer) or lists of words.

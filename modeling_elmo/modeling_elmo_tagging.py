@@ -111,6 +111,11 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
     ``model.freeze_bilm(False)``) trains the whole biLM too; gradient checkpointing of its layers then works.
     """
 
+    # A biLM folder (converted, or written by `elmo train-lm`) has no head, and maybe other scalar mixes or an LM
+    # softmax (see ElmoPreTrainedModel).
+    _expected_missing_on_load = (r"^(word_embeddings|encoder|classifier|crf)\.", r"(^|\.)scalar_mixes\.")
+    _expected_unexpected_on_load = (r"(^|\.)scalar_mixes\.", r"^softmax\.")
+
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         config.validate_tagger()

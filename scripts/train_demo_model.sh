@@ -10,7 +10,13 @@
 #   bash scripts/train_demo_model.sh            # ELMO_SHARED_DIR=/path/to/shared to read the data elsewhere
 #
 # Then the folder keeps only the ElmoModel part (the LM softmax is left out), the tokenizer and the
-# perplexities, with no code files (it is package data, not a Python package).
+# perplexities, and, like every saved folder, the code files and auto_map that save_pretrained writes: without this
+# package, AutoModel/AutoTokenizer.from_pretrained(folder, trust_remote_code=True) load it, and without
+# trust_remote_code transformers refuses it clearly (never a generic word-level tokenizer).
+#
+#   ELMO_DEMO_EXPORT_ONLY=1 ELMO_DEMO_WORK_DIR=modeling_elmo/commands/demo_model bash scripts/train_demo_model.sh
+#
+# re-saves the bundled folder as it is (same weights), e.g. to refresh its code files after the package changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +30,7 @@ test -f "$DATA/valid.txt" || { echo "error: $DATA/valid.txt not found (set ELMO_
 [ "${ELMO_DEMO_EXPORT_ONLY:-0}" = 1 ] || python benchmarks/bench_lm.py --output_dir "$WORK" --seed 0
 
 python - "$WORK" "$OUT" <<'PY'
-"""Keep the ElmoModel part of the trained folder, the tokenizer and the perplexities; no code, no auto_map."""
+"""Keep the ElmoModel part of the trained folder, the tokenizer and the perplexities, as save_pretrained writes them."""
 import json
 import os
 import shutil
@@ -40,17 +46,7 @@ ElmoModel.from_pretrained(work).save_pretrained(staging)
 # WikiText-2 is already tokenized (hence --no-split_punctuation in training); users give raw text, which the
 # shipped tokenizer splits like the training text ("bank." -> bank .). Characters, not word ids, feed the model.
 ElmoTokenizer.from_pretrained(work, split_punctuation=True).save_pretrained(staging)
-for name in os.listdir(staging):
-    if name.endswith(".py") or name == "README.md":
-        os.remove(os.path.join(staging, name))
-for name in ("config.json", "tokenizer_config.json"):
-    path = os.path.join(staging, name)
-    with open(path) as f:
-        data = json.load(f)
-    data.pop("auto_map", None)
-    with open(path, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
+os.remove(os.path.join(staging, "README.md"))  # the generic card; the demo's own is written below
 with open(os.path.join(work, "eval_results.json")) as f:
     results = json.load(f)
 with open(os.path.join(staging, "eval_results.json"), "w") as f:

@@ -20,6 +20,7 @@ import torch
 
 from modeling_elmo import ElmoModel, ElmoTokenizer
 from modeling_elmo.commands import cli
+from modeling_elmo.hub_elmo import shipped_files
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -224,7 +225,7 @@ def test_embed_two_processes_equals_one(tiny_dir, tmp_path):
 def test_similar_prints_table(tiny_dir, capsys):
     assert run_cli("similar", "--model", tiny_dir) == 0
     out = capsys.readouterr().out
-    assert 'Cosine similarity of "bank"' in out
+    assert f'Cosine similarity of "{cli.DEFAULT_SIMILAR_WORD}"' in out
     rows = [line for line in out.splitlines() if re.match(r"\s*\d+\s", line)]
     assert len(rows) == 4
     for i, row in enumerate(rows):
@@ -254,6 +255,28 @@ def test_similar_errors(tiny_dir, capsys):
     assert "--layer must be between 0 and 2" in capsys.readouterr().err
     assert run_cli("similar", "--model", tiny_dir, "only one bank") == 1
     assert "at least two sentences" in capsys.readouterr().err
+    assert run_cli("similar", "--model", tiny_dir, "--word", "fish") == 1
+    assert "no built-in sentences for --word 'fish'" in capsys.readouterr().err
+
+
+_SENSE_SUMMARY = re.compile(r"Same sense (\d\.\d+) (?:>|,) different sense (\d\.\d+) \(means of (\w+)/")
+
+
+def test_default_similar_shows_the_effect_on_the_demo_model(capsys):
+    """The first command (`elmo similar`, the bundled demo model) shows what ELMo is for (issue 15 item 12): one line
+    says that the word's vectors are more alike within a sense than across senses. A fact about the bundled weights,
+    measured by benchmarks/pick_demo_word.py, which also chose the default word on held-out sentences."""
+    assert run_cli("similar", "--device", "cpu") == 0
+    out = capsys.readouterr().out
+    summary = [line for line in out.splitlines() if _SENSE_SUMMARY.match(line)]
+    assert len(summary) == 1, out
+    same, different, sense = _SENSE_SUMMARY.match(summary[0]).groups()
+    assert float(same) > float(different) + 0.1, summary[0]  # the gap is ~0.24 on the bundled weights
+    assert summary[0].endswith("the vectors depend on the context.")
+    assert sense == cli.SIMILAR_EXAMPLES[cli.DEFAULT_SIMILAR_WORD].senses[0]
+    # bank stays available (the classic example, for converted models), with the same kind of summary
+    assert run_cli("similar", "--device", "cpu", "--word", "bank") == 0
+    assert [line for line in capsys.readouterr().out.splitlines() if _SENSE_SUMMARY.match(line)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,8 +361,19 @@ def test_demo_model_is_bundled_as_data():
         pytest.fail(f"the bundled demo model is missing: run scripts/train_demo_model.sh to create {demo}")
     files = set(os.listdir(demo))
     assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= files
-    assert not [f for f in files if f.endswith(".py")], "the demo model folder must hold data only, no code"
     assert (demo / "model.safetensors").stat().st_size < 8_000_000
+    assert sum((demo / f).stat().st_size for f in files) < 5_000_000  # weights 3.8 MB, code 0.3 MB
+    # A Hub folder like every saved one (issue 15 item 6): auto_map and the code that save_pretrained copies, the
+    # package's current code (after a change of a shipped module, re-save the folder: see scripts/train_demo_model.sh).
+    for name in ("config.json", "tokenizer_config.json"):
+        assert "AutoTokenizer" in json.loads((demo / name).read_text())["auto_map"], name
+    shipped = {path.name: path for path in shipped_files()}
+    assert {f for f in files if f.endswith(".py")} == set(shipped)
+    stale = sorted(name for name, path in shipped.items() if (demo / name).read_bytes() != path.read_bytes())
+    assert not stale, (
+        f"the demo folder's code files {stale} differ from the package's: re-save it with "
+        "ELMO_DEMO_EXPORT_ONLY=1 ELMO_DEMO_WORK_DIR=modeling_elmo/commands/demo_model bash scripts/train_demo_model.sh"
+    )
     model = ElmoModel.from_pretrained(demo)
     assert model.config.n_layers == 2 and model.config.projection_dim == 64
     assert ElmoTokenizer.from_pretrained(demo).tokenize("The bank.") == ["The", "bank", "."]  # raw text is split
@@ -358,10 +392,11 @@ def test_readme_main_job_command_runs_on_the_demo_model():
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "toy-sized biLM trained on WikiText-2" in out
-    assert 'Cosine similarity of "bank"' in out
+    word = cli.DEFAULT_SIMILAR_WORD
+    assert f'Cosine similarity of "{word}"' in out
     rows = [line for line in out.splitlines() if re.match(r"\s*\d+\s", line)]
-    assert len(rows) == 4 and all("bank" in row for row in rows)
-    assert "Same sense" in out
+    assert len(rows) == 4 and all(word in row for row in rows)
+    assert "Same sense" in out and "the vectors depend on the context" in out
 
 
 def test_readme_elmo_examples_run(fixture_dir, tmp_path, monkeypatch, capsys):

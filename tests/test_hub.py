@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,7 @@ import torch
 from transformers import AutoConfig, AutoModel, AutoTokenizer, pipeline
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from modeling_elmo.commands.cli import demo_model_path
 from modeling_elmo.hub_elmo import ELMO_AUTO_MAP, FORBIDDEN_IMPORTS, shipped_files
 from modeling_elmo.model_card import GENERATED_MARKER, bilm_parameter_count
 
@@ -331,6 +333,63 @@ def test_remote_code_loads_without_the_package(folders, tmp_path):
             _assert_same(_tensors(lm(**batch, return_logits=True)), tmp_path / "pretraining.npz")
 
 
+# The bundled demo folder, copied elsewhere and loaded where the package cannot be imported: without
+# trust_remote_code transformers must refuse it clearly (the folder names its code in auto_map); with it, the folder's
+# own code runs. Never transformers' generic word-level tokenizer (issue 15 item 6).
+DEMO_REMOTE_SCRIPT = REMOTE_SCRIPT.split("\nimport numpy as np\n", 1)[0] + textwrap.dedent(
+    r"""
+    import numpy as np
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = folders_json
+    report = {}
+    for name, auto in (("tokenizer", AutoTokenizer), ("model", AutoModel)):
+        try:
+            loaded = auto.from_pretrained(folder)
+        except ValueError as error:
+            report[f"{name}_refused"] = str(error)
+        else:
+            report[f"{name}_refused"] = f"loaded {type(loaded).__module__}.{type(loaded).__name__}"
+    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    batch = tokenizer(["The bank of the river ."], return_tensors="pt")
+    with torch.no_grad():
+        np.save(out_dir / "demo.npy", model(**batch).elmo.numpy())
+    report["classes"] = [f"{type(o).__module__}.{type(o).__name__}" for o in (tokenizer, model)]
+    report["shape"] = list(batch["input_ids"].shape)
+    (out_dir / "report.json").write_text(json.dumps(report))
+    """
+)
+
+
+def test_demo_folder_loads_with_remote_code_and_is_refused_without(tmp_path):
+    folder = tmp_path / "demo"
+    shutil.copytree(demo_model_path(), folder)  # elsewhere: nothing but the folder itself to load from
+    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", DEMO_REMOTE_SCRIPT, str(REPO), str(folder), str(tmp_path)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    for name in ("tokenizer", "model"):
+        assert "trust_remote_code=True" in report[f"{name}_refused"], report[f"{name}_refused"]
+    tokenizer_class, model_class = report["classes"]  # the folder's own code, not the package's
+    assert tokenizer_class.startswith("transformers_modules.") and tokenizer_class.endswith(".ElmoTokenizer")
+    assert model_class.startswith("transformers_modules.") and model_class.endswith(".ElmoModel")
+    assert report["shape"] == [1, 6, 50]  # character ids, one row of 50 per word
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    model = ElmoModel.from_pretrained(folder).eval()
+    with torch.no_grad():
+        expected = model(**tokenizer(["The bank of the river ."], return_tensors="pt")).elmo.numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "demo.npy"), expected, atol=1e-6, rtol=0)
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. Pipelines (package installed: no remote code needed)
 # ---------------------------------------------------------------------------------------------
@@ -435,6 +494,21 @@ def test_tf_hub_outputs_names_shapes_and_masked_mean(folders):
     assert [t.shape[0] for t in per_word] == mask.sum(dim=1).tolist()
     with pytest.raises(ValueError, match="output must be one of"):
         model.embed_sentences(SENTENCES, tokenizer, output="lstm_outputs3")
+
+
+def test_tf_hub_outputs_and_embed_sentences_need_no_gradients(folders):
+    """Both are inference helpers (issue 15 item 11): nothing they return requires grad, even on a trainable model
+    outside ``torch.no_grad()``; ``embed_sentences`` returns one output (a tensor, or one tensor per sentence)."""
+    model = ElmoModel.from_pretrained(folders["base"])
+    model.requires_grad_(True)
+    tokenizer = ElmoTokenizer.from_pretrained(folders["base"])
+    outputs = model.tf_hub_outputs(**tokenizer(SENTENCES, padding=True, return_tensors="pt"))
+    assert torch.is_grad_enabled() and isinstance(outputs, dict)
+    assert [name for name, tensor in outputs.items() if tensor.requires_grad] == []
+    vectors = model.embed_sentences(SENTENCES, tokenizer)
+    assert isinstance(vectors, torch.Tensor) and vectors.shape == (3, 16) and not vectors.requires_grad
+    words = model.embed_sentences(SENTENCES, tokenizer, output="elmo")
+    assert [tuple(t.shape) for t in words] == [(7, 16), (2, 16), (7, 16)] and not any(t.requires_grad for t in words)
 
 
 # ---------------------------------------------------------------------------------------------

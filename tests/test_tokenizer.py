@@ -590,3 +590,25 @@ def test_unknown_word_markers_stay_whole():
     offsets = tokenizer(text, return_offsets_mapping=True)["offset_mapping"]
     words = [text[start:end] for start, end in offsets]
     assert words == ["The", "<unk>", "sat", "on", "the", "<UNK>", "mat", ",", "a", "<unk>", ".", "<", "b", ">"]
+
+
+def test_a_save_names_its_code_without_the_package_registering_anything(tmp_path):
+    """The package's import registers nothing eagerly any more (issue 15 item 4): the tokenizer itself says which
+    Auto class it belongs to, so that a save made with only the tokenizer module imported still writes auto_map and
+    its code (and loads without the package, with trust_remote_code=True)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    code = (
+        "import sys\nfrom modeling_elmo.tokenization_elmo import ElmoTokenizer\n"
+        "ElmoTokenizer().save_pretrained(sys.argv[1])"
+    )
+    env = dict(os.environ, PYTHONPATH=str(repo))
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    assert config["auto_map"]["AutoTokenizer"][0] == "tokenization_elmo.ElmoTokenizer"
+    assert (tmp_path / "tokenization_elmo.py").is_file()

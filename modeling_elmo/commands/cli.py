@@ -4,7 +4,7 @@ Subcommands (``elmo SUBCOMMAND --help`` for each):
 
 - ``elmo convert``: original ``options.json`` + HDF5 weights to a model folder (``modeling_elmo.commands.convert``).
 - ``elmo embed``: a text file (or stdin) to an HDF5 file of ELMo vectors, one dataset per sentence.
-- ``elmo similar``: cosine similarities of one word's vectors in different sentences (the "bank" demo).
+- ``elmo similar``: cosine similarities of one word's vectors in different sentences (one word, two senses).
 - ``elmo train-lm``: pretrain or fine-tune the biLM (``modeling_elmo.training.train_lm``).
 - ``elmo train-tagger``: train a sequence tagger, e.g. NER (``modeling_elmo.training.train_tagger``).
 
@@ -36,7 +36,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TextIO
+from typing import NamedTuple, TextIO
 
 DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
 # `elmo embed --output_type`: AllenNLP's three (same meanings as `allennlp elmo --all/--top/--average`), then this
@@ -59,12 +59,39 @@ DELEGATED = {
     "train-lm": ("modeling_elmo.training.train_lm", "pretrain or fine-tune the biLM language model"),
     "train-tagger": ("modeling_elmo.training.train_tagger", "train a sequence tagger (e.g. NER) on top of ELMo"),
 }
-DEFAULT_SIMILAR_SENTENCES = (
-    "He sat on the bank of the river and watched the water .",
-    "The boat drifted to the muddy bank of the river .",
-    "She went to the bank to open an account .",
-    "The bank raised the interest rate on its loans .",
-)
+
+
+class SimilarExample(NamedTuple):
+    """Built-in sentences for ``elmo similar --word WORD``: two per sense, the first sense's first."""
+
+    senses: tuple[str, str]
+    sentences: tuple[str, str, str, str]
+
+
+# The first two sentences of each sense in benchmarks/pick_demo_word.py (its "display set"). The default word is the
+# one whose senses the demo biLM separates best on that script's held-out sentences (see its output in the README);
+# "bank" is the classic example, which a converted ELMo separates but the toy demo biLM does not.
+SIMILAR_EXAMPLES = {
+    "record": SimilarExample(
+        ("noun", "verb"),
+        (
+            "The album set a record for sales in its first week .",
+            "He broke the world record in the long jump .",
+            "They went to London to record their second album .",
+            "The band began to record new songs in March .",
+        ),
+    ),
+    "bank": SimilarExample(
+        ("river", "money"),
+        (
+            "He sat on the bank of the river and watched the water .",
+            "The boat drifted to the muddy bank of the river .",
+            "She went to the bank to open an account .",
+            "The bank raised the interest rate on its loans .",
+        ),
+    ),
+}
+DEFAULT_SIMILAR_WORD = "record"
 DEMO_MODEL_NOTE = (
     "the bundled demo model: a toy-sized biLM trained on WikiText-2 by this project, not the released ELMo"
 )
@@ -86,7 +113,24 @@ class CliError(Exception):
 
 
 def demo_model_path() -> Path:
-    """The folder of the bundled demo model (it may be missing in a checkout that has not trained it)."""
+    """The folder of the bundled demo model, to pass to ``from_pretrained`` (what ``elmo embed`` and ``elmo similar``
+    use without ``--model``).
+
+    The demo model is a toy-sized biLM (2 layers, LSTM 256, projection 64) that this project trained on WikiText-2,
+    not the released ELMo: it runs the examples without a download. The folder is a complete saved model (weights,
+    tokenizer, code files and ``auto_map``), so ``AutoModel.from_pretrained(demo_model_path())`` works with this
+    package imported, and with ``trust_remote_code=True`` without it. Light: imports neither torch nor transformers.
+
+    ```python
+    from modeling_elmo import ElmoModel, ElmoTokenizer
+    from modeling_elmo.commands.cli import demo_model_path
+
+    model = ElmoModel.from_pretrained(demo_model_path())
+    tokenizer = ElmoTokenizer.from_pretrained(demo_model_path())
+    ```
+
+    The folder may be missing in a checkout that has not trained it (``scripts/train_demo_model.sh``).
+    """
     return DEMO_MODEL_DIR
 
 
@@ -944,9 +988,30 @@ def format_similarity_table(word: str, labels: list[str], sim, width: int = 60) 
     return "\n".join(rows)
 
 
+def sense_summary(example: SimilarExample, sim) -> str:
+    """One line saying what the table of a built-in example shows: the mean cosine similarity of the word's vectors
+    between sentences of the same sense against that between sentences of different senses. ``sim``: ``(4, 4)``."""
+    first, second = example.senses
+    same = (float(sim[0, 1]) + float(sim[2, 3])) / 2
+    different = float(sim[:2, 2:].mean())
+    pairs = f"(means of {first}/{first}, {second}/{second} and {first}/{second} pairs)"
+    if same > different:
+        return f"Same sense {same:.3f} > different sense {different:.3f} {pairs}: the vectors depend on the context."
+    return (
+        f"Same sense {same:.3f}, different sense {different:.3f} {pairs}: this model does not tell these senses apart."
+    )
+
+
 def run_similar(args: argparse.Namespace) -> int:
     """``elmo similar``: see the subcommand's ``--help``."""
-    sentences = list(args.sentences) or list(DEFAULT_SIMILAR_SENTENCES)
+    word = args.word or DEFAULT_SIMILAR_WORD
+    example = None if args.sentences else SIMILAR_EXAMPLES.get(word)
+    if not args.sentences and example is None:
+        raise CliError(
+            f"no built-in sentences for --word {word!r} (there are for {', '.join(sorted(SIMILAR_EXAMPLES))}): "
+            "give two or more sentences that contain it"
+        )
+    sentences = list(args.sentences) if example is None else list(example.sentences)
     if len(sentences) < 2:
         raise CliError("give at least two sentences to compare")
     device = resolve_device(args.device)
@@ -965,20 +1030,18 @@ def run_similar(args: argparse.Namespace) -> int:
         if not 0 <= layer <= n_layers:
             raise CliError(f"--layer must be between 0 and {n_layers} for this model, got {layer}")
         layer_name = f"biLM layer {layer} of {n_layers}" + (" (characters only)" if layer == 0 else "")
-    labels, sim, sim0 = word_similarities(model, tokenizer, sentences, args.word, layer)
+    labels, sim, sim0 = word_similarities(model, tokenizer, sentences, word, layer)
     print(f"Model: {describe_model(args.model)}")
-    print(f'Cosine similarity of "{args.word}" in context ({layer_name}):')
+    print(f'Cosine similarity of "{word}" in context ({layer_name}):')
     print()
-    print(format_similarity_table(args.word, labels, sim))
+    print(format_similarity_table(word, labels, sim))
     print()
     off_diagonal = [float(sim0[i, j]) for i in range(len(labels)) for j in range(len(labels)) if i != j]
     low = min(off_diagonal) if off_diagonal else 1.0
     same = "1.000 for every pair" if low > 0.99995 else f"at least {low:.3f} for every pair"
     print(f"Layer 0 (characters only, no context) gives {same}: the differences above come from the context.")
-    if not args.sentences:
-        within = (float(sim[0, 1]) + float(sim[2, 3])) / 2
-        across = float(sim[:2, 2:].mean())
-        print(f"Same sense (river/river, money/money): {within:.3f} on average; river vs money: {across:.3f}.")
+    if example is not None and len(labels) == 4:
+        print(sense_summary(example, sim))
     return 0
 
 
@@ -1169,15 +1232,20 @@ N-th sentence into a part file; process 0 merges them in input order and deletes
 
     similar = sub.add_parser(
         "similar",
-        help='compare one word\'s vectors in different sentences (the "bank" demo)',
+        help="compare one word's vectors in different sentences (the demo: one word, two senses)",
         description=(
             "Print the cosine similarities of WORD's contextual vectors across sentences: the same word gets "
-            "different ELMo vectors in different contexts. Without sentences, compares 'bank' in two river "
-            "and two money sentences."
+            "different ELMo vectors in different contexts. Without sentences, compares WORD in two sentences of "
+            f"each of two senses, built in for {' and '.join(repr(w) for w in SIMILAR_EXAMPLES)} (default: "
+            f"{DEFAULT_SIMILAR_WORD!r}, the word whose senses the demo model separates best, measured by "
+            "benchmarks/pick_demo_word.py; with a converted ELMo, try --word bank), and prints the mean "
+            "similarity within and across senses."
         ),
     )
-    similar.add_argument("sentences", nargs="*", help="two or more sentences that contain WORD (default: 4 examples)")
-    similar.add_argument("--word", default="bank", help="the word to compare (default: %(default)s)")
+    similar.add_argument(
+        "sentences", nargs="*", help="two or more sentences that contain WORD (default: the built-in examples)"
+    )
+    similar.add_argument("--word", help=f"the word to compare (default: {DEFAULT_SIMILAR_WORD})")
     similar.add_argument(
         "--layer", default="top", help="top (default), elmo (the scalar mix) or a layer number 0..L (0: characters)"
     )
