@@ -5,12 +5,12 @@ Importing this package is light (no torch, no transformers): the classes load on
 
 The package still registers its classes with transformers' Auto classes (``AutoConfig``, ``AutoModel``,
 ``AutoModelForPreTraining``, ``AutoModelForTokenClassification``, ``AutoModelForSequenceClassification``,
-``AutoTokenizer``) and its pipelines (``"elmo-token-classification"``, ``"elmo-feature-extraction"``,
-``"elmo-text-classification"``, and the stock ``"token-classification"`` task for ELMo taggers), so that after
-``import modeling_elmo``, ``AutoModel.from_pretrained(folder)`` works as for a built-in model. The registration runs when it is first
-needed: at once if transformers' Auto classes (or pipelines) are already imported, otherwise right after
-transformers imports them (``from transformers import AutoModel`` and the like), and in any case when a class
-of this package is first used.
+``AutoTokenizer``) and its pipelines (``"elmo-token-classification"``, ``"elmo-feature-extraction"``, ``"elmo-text-
+classification"``, and the stock ``"token-classification"`` task for ELMo taggers), so that after ``import
+modeling_elmo``, ``AutoModel.from_pretrained(folder)`` works as for a built-in model. The registration runs when it
+is first needed: at once if transformers' Auto classes (or pipelines) are already imported, otherwise right after
+transformers imports them (``from transformers import AutoModel`` and the like), and in any case when a class of
+this package is first used.
 """
 
 from __future__ import annotations

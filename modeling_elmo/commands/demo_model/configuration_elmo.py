@@ -28,6 +28,7 @@ ELMO_AUTO_MAP: dict[str, Any] = {
     "AutoModel": "modeling_elmo.ElmoModel",
     "AutoModelForPreTraining": "modeling_elmo_pretraining.ElmoForPreTraining",
     "AutoModelForTokenClassification": "modeling_elmo_tagging.ElmoForTokenClassification",
+    "AutoModelForSequenceClassification": "modeling_elmo_classification.ElmoForSequenceClassification",
     "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
 }
 
@@ -51,6 +52,7 @@ SIZE_LIMITS: dict[str, int] = {
     "tagger_word_embedding_dim": 8192,
     "tagger_hidden_size": 8192,
     "tagger_num_layers": 32,
+    "classifier_hidden_size": 8192,
     "num_labels": 4096,  # the CRF holds num_labels**2 transitions and computes (B, K, K) scores per word
 }
 MAX_FILTERS = 64  # [width, count] pairs in char_cnn_filters (7 in the released models)
@@ -249,7 +251,7 @@ class ElmoConfig(PreTrainedConfig):
 
     Args:
         freeze_bilm: keep the biLM (character encoder and LSTMs) fixed, as the paper does; the
-            scalar mixes are trained either way.
+            scalar mixes are trained either way. Also read by the classification head.
         tagger_word_input: the context-independent word vector ``x_k``: ``"embedding"`` (a trainable
             embedding of the tokenizer's vocabulary ids, ``vocab_ids``), ``"bilm"`` (the biLM's
             layer 0, the character-CNN vector) or ``None``.
@@ -264,6 +266,15 @@ class ElmoConfig(PreTrainedConfig):
             per-word softmax.
         crf_constraints: ``"auto"`` (BIO transition constraints when every label is ``O``/``B-X``/
             ``I-X``), ``"BIO"`` (required) or ``None``.
+
+    Settings of the sequence classification head [`ElmoForSequenceClassification`] (ignored by the other models;
+    ``freeze_bilm``, ``num_labels`` and ``problem_type`` as above and in transformers):
+
+    Args:
+        classifier_hidden_size: the BiLSTM encoder's size per direction, over the scalar mix.
+        classifier_pooling: how the encoder's word vectors become one sentence vector: ``"max_mean"``
+            (max and mean over the words, concatenated), ``"max"`` or ``"mean"``.
+        classifier_dropout: dropout on the pooled sentence vector, before the classifier.
 
     Settings of the language-model head [`ElmoForPreTraining`] (ignored by the other models):
 
@@ -320,6 +331,10 @@ class ElmoConfig(PreTrainedConfig):
     tagger_dropout: float | int = 0.5
     use_crf: bool = True
     crf_constraints: Literal["auto", "BIO"] | None = "auto"
+    # Sequence classification head (ElmoForSequenceClassification).
+    classifier_hidden_size: int = 300
+    classifier_pooling: Literal["max_mean", "max", "mean"] = "max_mean"
+    classifier_dropout: float | int = 0.5
     # Language-model head (ElmoForPreTraining).
     lm_vocab_size: int = 0
     lm_num_samples: int = 8192
@@ -402,6 +417,11 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError("tagger_elmo_output needs a task BiLSTM (tagger_num_layers >= 1)")
         _check_fraction("tagger_dropout", self.tagger_dropout)
 
+    def validate_classifier(self) -> None:
+        """Check the sequence-classification head's settings (``classifier_*``); ``ValueError`` if wrong."""
+        _check_size("classifier_hidden_size", self.classifier_hidden_size, minimum=1)
+        _check_fraction("classifier_dropout", self.classifier_dropout)
+
     def validate_total_size(self) -> None:
         """Refuse sizes that together describe more than `MAX_PARAMETERS` parameters, naming the fields that
         contribute most (see [`parameter_counts`])."""
@@ -419,8 +439,9 @@ class ElmoConfig(PreTrainedConfig):
         """Parameters of the biLM and of the heads that this config describes, by the fields that drive them.
 
         The biLM (``ElmoModel`` without its scalar mixes, which hold ``n_layers + 2`` numbers each), the LM
-        softmax (if ``lm_vocab_size``) and the tagger (its word embedding if ``tagger_word_input="embedding"``,
-        BiLSTM, classifier and CRF), counted whichever head is built: the sum is an upper bound of any ELMo
+        softmax (if ``lm_vocab_size``), the tagger (its word embedding if ``tagger_word_input="embedding"``,
+        BiLSTM, classifier and CRF) and the sequence classifier (``classifier_*``: BiLSTM and classifier), counted
+        whichever head is built: the sum is an upper bound of any ELMo
         model's parameters with this config, exact for each part (tests/test_configuration.py checks it).
         """
         cd, p, d, h = self.char_embedding_dim, self.projection_dim, self.lstm_dim, self.tagger_hidden_size
@@ -433,6 +454,9 @@ class ElmoConfig(PreTrainedConfig):
             2 * 4 * h * ((tagger_in if layer == 0 else 2 * h) + h + 2) for layer in range(self.tagger_num_layers)
         )
         tagger_out = (2 * h + (2 * p if self.tagger_elmo_output else 0)) if self.tagger_num_layers else tagger_in
+        # The sequence classifier: a one-layer BiLSTM over the 2P-wide mix, pooled (max and/or mean over 2C each).
+        ch = self.classifier_hidden_size
+        pooled = 2 * ch * (2 if self.classifier_pooling == "max_mean" else 1)
         return {
             "char_embedding_dim, char_cnn_filters": self.n_characters * cd
             + sum(count * (cd * width + 1) for width, count in self.char_cnn_filters),
@@ -448,6 +472,8 @@ class ElmoConfig(PreTrainedConfig):
             ),
             "tagger_hidden_size, tagger_num_layers": tagger_lstm,
             "num_labels": tagger_out * labels + labels + ((labels + 2) * labels if self.use_crf else 0),
+            "classifier_hidden_size": 2 * 4 * ch * (2 * p + ch + 2),
+            "classifier_pooling, num_labels": pooled * labels + labels,
         }
 
     @property

@@ -6,8 +6,8 @@ usually the output of a linear layer over ELMo vectors) as::
     score(y) = start[y_1] + sum_t e[t, y_t] + sum_{t>1} transitions[y_{t-1}, y_t] + end[y_n]
 
 and defines ``log p(y | e) = score(y) - logsumexp_{y'} score(y')``. The normaliser is computed
-with the forward algorithm and the best path with Viterbi, both vectorised over the batch and
-the tags, with a Python loop over time only.
+with the forward algorithm, the best path with Viterbi and the per-position tag marginals with
+forward-backward, all vectorised over the batch and the tags, with a Python loop over time only.
 
 Constraints (for example the BIO rule "``I-X`` only after ``B-X`` or ``I-X``") are given as a
 list of allowed ``(from, to)`` pairs over ``num_tags + 2`` indices, where index ``num_tags``
@@ -304,6 +304,48 @@ class ConditionalRandomField(nn.Module):
             alpha = torch.where(mask[:, t].unsqueeze(1), step, alpha)
         log_z = torch.logsumexp(alpha + end.unsqueeze(0), dim=1)
         return torch.where(mask[:, 0], log_z, torch.zeros_like(log_z))
+
+    def marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-position tag marginals ``p(y_t = k | emissions)`` (forward-backward, in log space).
+
+        The probability, summed over every path (forbidden ones with their [`FORBIDDEN_SCORE`]), that position
+        ``t`` has tag ``k``: what a tagger's per-word confidence means under a CRF, where a softmax over the
+        emissions of one position would ignore the transitions.
+
+        Args:
+            emissions: float ``(B, T, K)``.
+            mask: ``(B, T)`` right-padded, or ``None``.
+
+        Returns:
+            float ``(B, T, K)``: at each real position a distribution over the tags (sums to 1); 0 at masked ones.
+        """
+        emissions, mask = self._check_emissions_and_mask(emissions, mask)
+        transitions, start, end = self._effective_scores(emissions.dtype)
+        batch, steps, num_tags = emissions.shape
+        length = self._max_length(mask)
+        if length == 0:
+            return emissions.new_zeros(batch, steps, num_tags)
+
+        # alpha[t][b, j]: log-sum of the scores of the prefixes ending in tag j at t (emission at t included).
+        alphas = [start.unsqueeze(0) + emissions[:, 0]]  # (B, K)
+        for t in range(1, length):
+            alphas.append(torch.logsumexp(alphas[-1].unsqueeze(2) + transitions, dim=1) + emissions[:, t])
+        # beta[t][b, i]: log-sum of the scores of the suffixes after t given tag i at t (END included). At a
+        # sequence's last position (the next one is masked) it is the END score.
+        final = end.unsqueeze(0).expand(batch, num_tags)
+        betas = [final]
+        for t in range(length - 2, -1, -1):
+            after = (emissions[:, t + 1] + betas[-1]).unsqueeze(1)  # (B, 1, K_next)
+            step = torch.logsumexp(transitions.unsqueeze(0) + after, dim=2)  # (B, K)
+            betas.append(torch.where(mask[:, t + 1].unsqueeze(1), step, final))
+        betas.reverse()
+        # alpha + beta at t is the log-sum of the full paths through each tag at t; normalising per position
+        # divides by Z (the same for every t), and keeps each distribution summing to 1 to rounding.
+        scores = torch.stack(alphas, dim=1) + torch.stack(betas, dim=1)  # (B, length, K)
+        probabilities = torch.softmax(scores, dim=-1).masked_fill(~mask[:, :length].unsqueeze(2), 0.0)
+        if length < steps:
+            probabilities = torch.cat([probabilities, probabilities.new_zeros(batch, steps - length, num_tags)], 1)
+        return probabilities
 
     def viterbi_tags(
         self, emissions: torch.Tensor, mask: torch.Tensor | None = None, return_scores: bool = False

@@ -2,8 +2,8 @@
 
 Every ``save_pretrained`` of an ELMo model ends with [`prepare_hub_folder`] (see
 ``ElmoPreTrainedModel.save_pretrained``): it copies the shipped modules next to ``config.json``, completes
-``auto_map`` (and ``custom_pipelines`` for a tagger), and writes a model card unless the folder already has a README
-of the user's. Someone without this package can then load the folder (or its Hub copy) with
+``auto_map`` (and ``custom_pipelines`` for a tagger or a sentence classifier), and writes a model card unless the
+folder already has a README of the user's. Someone without this package can then load the folder (or its Hub copy) with
 ``trust_remote_code=True``. The config itself only writes ``config.json``; ``ELMO_AUTO_MAP`` lives with it
 (``configuration_elmo.py``, the ground floor), and is re-exported here.
 
@@ -31,6 +31,13 @@ TOKEN_CLASSIFICATION_PIPELINE: dict[str, Any] = {
     "pt": ["AutoModelForTokenClassification"],
     "type": "text",
 }
+# The same for a sentence classifier (the stock text-classification pipeline cannot batch 3-D character ids).
+TEXT_PIPELINE_TASK = "text-classification"
+TEXT_CLASSIFICATION_PIPELINE: dict[str, Any] = {
+    "impl": "pipelines_elmo.ElmoTextClassificationPipeline",
+    "pt": ["AutoModelForSequenceClassification"],
+    "type": "text",
+}
 
 # Modules a saved folder must hold: those named by auto_map and the pipeline. Their relative imports follow.
 ENTRY_MODULES = (
@@ -38,6 +45,7 @@ ENTRY_MODULES = (
     "modeling_elmo",
     "modeling_elmo_pretraining",
     "modeling_elmo_tagging",
+    "modeling_elmo_classification",
     "tokenization_elmo",
     "pipelines_elmo",
 )
@@ -142,10 +150,14 @@ def is_tagger(config: Any) -> bool:
     return any(name.endswith("ForTokenClassification") for name in (getattr(config, "architectures", None) or []))
 
 
+def is_sequence_classifier(config: Any) -> bool:
+    return any(name.endswith("ForSequenceClassification") for name in (getattr(config, "architectures", None) or []))
+
+
 def prepare_hub_folder(config: Any, save_directory: str | os.PathLike) -> None:
     """Make ``save_directory`` Hub-ready (see the module docstring): copy the shipped code, complete
-    ``config.auto_map`` and, for a tagger, ``config.custom_pipelines``, and write the model card. The caller writes
-    ``config.json`` afterwards (``config`` is changed here)."""
+    ``config.auto_map`` and, for a tagger or a sentence classifier, ``config.custom_pipelines``, and write the model
+    card. The caller writes ``config.json`` afterwards (``config`` is changed here)."""
     from .model_card import write_model_card
 
     origin = getattr(config, "_name_or_path", None) or None
@@ -153,6 +165,12 @@ def prepare_hub_folder(config: Any, save_directory: str | os.PathLike) -> None:
     config.auto_map = complete_auto_map(getattr(config, "auto_map", None), {Path(n).stem for n in copied})
     if is_tagger(config) and "pipelines_elmo.py" in copied and not getattr(config, "custom_pipelines", None):
         config.custom_pipelines = {PIPELINE_TASK: dict(TOKEN_CLASSIFICATION_PIPELINE)}
+    if (
+        is_sequence_classifier(config)
+        and "pipelines_elmo.py" in copied
+        and not getattr(config, "custom_pipelines", None)
+    ):
+        config.custom_pipelines = {TEXT_PIPELINE_TASK: dict(TEXT_CLASSIFICATION_PIPELINE)}
     write_model_card(save_directory, config)
 
 
@@ -161,6 +179,8 @@ __all__ = [
     "ENTRY_MODULES",
     "FORBIDDEN_IMPORTS",
     "PIPELINE_TASK",
+    "TEXT_CLASSIFICATION_PIPELINE",
+    "TEXT_PIPELINE_TASK",
     "TOKEN_CLASSIFICATION_PIPELINE",
     "complete_auto_map",
     "copy_shipped_code",

@@ -75,10 +75,17 @@ def build_model_card(
     architectures = list(getattr(config, "architectures", None) or ["ElmoModel"])
     arch = architectures[0]
     tagger = arch.endswith("ForTokenClassification")
+    classifier = arch.endswith("ForSequenceClassification")
     pretraining = arch.endswith("ForPreTraining")
-    pipeline_tag = "token-classification" if tagger else "feature-extraction"
+    pipeline_tag = "token-classification" if tagger else "text-classification" if classifier else "feature-extraction"
     auto_class = (
-        "AutoModelForTokenClassification" if tagger else "AutoModelForPreTraining" if pretraining else "AutoModel"
+        "AutoModelForTokenClassification"
+        if tagger
+        else "AutoModelForSequenceClassification"
+        if classifier
+        else "AutoModelForPreTraining"
+        if pretraining
+        else "AutoModel"
     )
     name = repo_id or "YOUR-NAME/elmo-model"
     params = bilm_parameter_count(config)
@@ -86,7 +93,8 @@ def build_model_card(
     tags = ["elmo", "bilm", "contextual-embeddings", "custom_code"]
     if tagger:
         tags.append("ner")
-    labels = (getattr(config, "id2label", None) or {}) if tagger else {}  # others have only placeholder labels
+    # Others have only placeholder labels.
+    labels = (getattr(config, "id2label", None) or {}) if tagger or classifier else {}
 
     card_data = ModelCardData(
         language=list(language) if isinstance(language, (list, tuple)) else language,
@@ -107,6 +115,8 @@ def build_model_card(
         )
     if tagger:
         task_line = "a token classifier (e.g. named entities) on top of the ELMo vectors"
+    elif classifier:
+        task_line = "a sentence classifier (a BiLSTM over the ELMo vectors, pooled) on top of the biLM"
     elif pretraining:
         task_line = "the biLM language model with its softmax"
     else:
@@ -166,6 +176,18 @@ def build_model_card(
             f'ner = pipeline("token-classification", model="{name}", trust_remote_code=True, '
             'aggregation_strategy="simple")',
             'ner("Angela Merkel visited Paris.")',
+            "```",
+            "",
+        ]
+    elif classifier:
+        body += [
+            "Labels and scores for raw text:",
+            "",
+            "```python",
+            "from transformers import pipeline",
+            "",
+            f'classify = pipeline("text-classification", model="{name}", trust_remote_code=True)',
+            'classify("The cat sat on the mat.")',
             "```",
             "",
         ]

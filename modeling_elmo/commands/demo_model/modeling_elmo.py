@@ -29,6 +29,7 @@ import contextlib
 import json
 import logging as std_logging
 import math
+import operator
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -285,6 +286,16 @@ class ElmoLstmState:
     def __repr__(self) -> str:
         return f"ElmoLstmState(layers={len(self.layers)}, rows={self.num_rows})"
 
+    def __getitem__(self, row: int) -> ElmoLstmState:
+        """Row ``row``'s state alone (one row; zeros past the end, as [`select`]), as ``tensor[b]`` is row ``b``:
+        this is how transformers' pipelines split a batched output (``ElmoModelOutput.lstm_state``) by sentence."""
+        row = operator.index(row)
+        if row < 0:
+            raise IndexError(f"ElmoLstmState rows are indexed from 0, got {row}")
+        return self.select(torch.tensor([row]))
+
+    __iter__ = None  # rows past the end read as zeros, so there is no end to iterate to: use range(num_rows)
+
 
 def _pad_rows(state: torch.Tensor, rows: int) -> torch.Tensor:
     """Extend a ``(2, n, size)`` state with zero rows to ``(2, rows, size)``."""
@@ -454,6 +465,9 @@ def check_inputs(
             bool or integer dtype holding only 0 and 1, right-padded (each sentence's words first, then
             padding). Floating-point masks are refused by name, as are lists and arrays: 0.5, 2, -1 or NaN
             have no meaning as a mask, and a float mask is easily a mask of weights rather than of words.
+            With a mask, the ids are checked at the words only: padded positions may hold any id (the model
+            ignores them, as transformers models do), e.g. a pipeline's collation pads with the tokenizer's
+            ``pad_token_id``.
 
     Raises:
         TypeError: ``attention_mask`` is not a tensor.
@@ -467,9 +481,8 @@ def check_inputs(
         )
     if input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"input_ids must hold integer character ids (int64 or int32), got dtype {input_ids.dtype}")
-    if input_ids.numel() and (input_ids.min() < 0 or input_ids.max() >= NUM_CHARACTERS):
-        raise ValueError(f"character ids must be in [0, {NUM_CHARACTERS}); is this the output of ElmoTokenizer?")
     if attention_mask is None:
+        _check_character_ids(input_ids)
         return input_ids.ne(0).any(dim=-1)
     if not isinstance(attention_mask, torch.Tensor):
         raise TypeError(
@@ -497,7 +510,16 @@ def check_inputs(
     prefix = torch.arange(mask.shape[1], device=mask.device) < mask.sum(dim=1, keepdim=True)
     if not torch.equal(mask, prefix):
         raise ValueError("attention_mask must be right-padded: the words of a sentence first, then padding")
+    # Only the words' ids: padded positions may hold anything (a pipeline pads input_ids with the tokenizer's
+    # word-level pad id, e.g. 10000), and the model reads zeros there instead (ElmoModel.forward).
+    _check_character_ids(input_ids[mask])
     return mask
+
+
+def _check_character_ids(ids: torch.Tensor) -> None:
+    """Refuse character ids outside ``[0, NUM_CHARACTERS)`` (``ids`` of any shape)."""
+    if ids.numel() and (ids.min() < 0 or ids.max() >= NUM_CHARACTERS):
+        raise ValueError(f"character ids must be in [0, {NUM_CHARACTERS}); is this the output of ElmoTokenizer?")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -511,7 +533,8 @@ class ElmoModelOutput(ModelOutput):
 
     Args:
         elmo: ``(B, W, 2P)``, the first scalar mix (``None`` when the config asks for no mix).
-        elmo_representations: all ``num_output_representations`` mixes, each ``(B, W, 2P)``.
+        mixes: ``(B, M, W, 2P)``, all ``M = num_output_representations`` mixes stacked batch-first (``None`` when
+            there is none); read them as [`elmo_representations`].
         hidden_states: with ``output_hidden_states=True``, the ``L + 1`` biLM layers (the paper's ``2L + 1``
             representations, forward and backward side by side), each
             ``(B, W, 2P)``: ``[0]`` is the token layer ``[x; x]``, ``[k]`` is ``[forward_h; backward_h]``
@@ -520,14 +543,33 @@ class ElmoModelOutput(ModelOutput):
             every transformers output, no bool tensor). Every output is exactly zero where it is 0; index with
             ``mask.bool()``.
         lstm_state: the [`ElmoLstmState`] after this call, when states are carried (``lstm_state=`` given,
-            ``config.stateful``, or ``return_lstm_state=True``); otherwise ``None``.
+            ``config.stateful``, or ``return_lstm_state=True``); otherwise ``None``. ``lstm_state[b]`` is row
+            ``b``'s alone.
+
+    Why the mixes are one batch-first tensor: every field must be indexable by batch row, because transformers'
+    pipelines split a batched output into its sentences by indexing each field with the sentence's row
+    (``PipelineIterator.loader_batch_item``; only ``hidden_states``/``attentions`` tuples are special-cased). A
+    field holding the tuple of mixes would be indexed by mix instead: the wrong vectors, or an ``IndexError``.
+    AllenNLP's form stays available, as [`elmo_representations`] (also ``out["elmo_representations"]``).
     """
 
     elmo: torch.Tensor | None = None
-    elmo_representations: tuple[torch.Tensor, ...] | None = None
+    mixes: torch.Tensor | None = None
     hidden_states: tuple[torch.Tensor, ...] | None = None
     mask: torch.Tensor | None = None
     lstm_state: ElmoLstmState | None = None
+
+    @property
+    def elmo_representations(self) -> tuple[torch.Tensor, ...]:
+        """The ``M`` mixes as AllenNLP's ``Elmo`` returns them: a tuple of ``(B, W, 2P)`` tensors (views of
+        ``mixes``; ``()`` without mixes)."""
+        return () if self.mixes is None else tuple(self.mixes.unbind(dim=1))
+
+    def __getitem__(self, key):
+        # AllenNLP's dict key, for code written against its Elmo: out["elmo_representations"].
+        if isinstance(key, str) and key == "elmo_representations":
+            return self.elmo_representations
+        return super().__getitem__(key)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1114,7 +1156,8 @@ class ElmoModel(ElmoPreTrainedModel):
         rows = {bytes(torch.tensor(word_to_char_ids(w, chars), dtype=torch.int16).numpy()): None for w in words}
         keys = list(rows)
         vectors = []
-        for start in tqdm(range(0, len(keys), batch_size), desc="Caching word vectors", disable=not progress):
+        bar_off = not progress or not logging.is_progress_bar_enabled()  # transformers' switch too
+        for start in tqdm(range(0, len(keys), batch_size), desc="Caching word vectors", disable=bar_off):
             chunk = [torch.frombuffer(bytearray(k), dtype=torch.int16) for k in keys[start : start + batch_size]]
             vectors.append(self.char_cnn(torch.stack(chunk).long().to(self.device)))
         self.clear_token_cache()
@@ -1178,6 +1221,10 @@ class ElmoModel(ElmoPreTrainedModel):
             mask = self._stream_mask(input_ids, backward_input_ids)
         else:
             mask = self._word_mask(input_ids, attention_mask)
+            if attention_mask is not None:
+                # Whatever ids sit at padded positions (a pipeline pads with the tokenizer's pad id), the model
+                # reads the empty word there (all zeros), so outputs equal those of the unpadded batch.
+                input_ids = input_ids.masked_fill(~mask.unsqueeze(-1), 0)
         # A frozen biLM (no parameter requires grad) needs no autograd graph; the mixes above it may train.
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.bilm_requires_grad):
             if backward_input_ids is not None:
@@ -1188,9 +1235,11 @@ class ElmoModel(ElmoPreTrainedModel):
                 layers = self._compute_layers(input_ids, mask, state)
         run_mixes = backward_input_ids is None and not token_layer_only
         mixes = tuple(mix(layers, mask) for mix in self.scalar_mixes) if run_mixes else ()
+        # (B, M, W, 2P), batch-first for the pipelines (see ElmoModelOutput); one mix (the default) is not copied.
+        stacked = mixes[0].unsqueeze(1) if len(mixes) == 1 else torch.stack(mixes, dim=1) if mixes else None
         return ElmoModelOutput(
             elmo=mixes[0] if mixes else None,
-            elmo_representations=mixes,
+            mixes=stacked,
             hidden_states=tuple(layers) if output_hidden_states else None,
             mask=mask.long(),
             lstm_state=state if return_lstm_state else None,

@@ -1,0 +1,197 @@
+"""Sentence classification (e.g. sentiment) on top of a frozen ELMo biLM: ``ElmoForSequenceClassification``.
+
+The recipe, per sentence of ``n`` words::
+
+    ELMo_k    a learned scalar mix of the biLM's L + 1 layers (ElmoScalarMix, dropout on its output)
+    h_k       = BiLSTM(ELMo_1 .. ELMo_n)                          (classifier_hidden_size per direction)
+    s         = [max_k h_k; mean_k h_k]                           (classifier_pooling: "max_mean", "max", "mean")
+    logits    = Linear(dropout(s))                                (B, K)
+    loss      = MSE / cross-entropy / BCE-with-logits by ``problem_type``  +  scalar_mix_l2_coef * sum ||w||^2
+
+This is the simplest faithful way to use ELMo for a sentence task: the vectors feed a task encoder whose states
+are pooled. The paper's SST-5 result (section 4, Table 1) used a larger model, the biattentive classification
+network (BCN) of McCann et al. (2017), which is not built here.
+
+The head calls its [`ElmoModel`] (``self.elmo``) once per forward pass and reads its outputs (the word ``mask``
+and the mix), as ``BertForSequenceClassification`` calls ``self.bert``. What trains is decided by
+``requires_grad`` alone: ``freeze_bilm()`` sets it (after ``__init__`` and again after loading, from
+``config.freeze_bilm``), and the biLM runs without autograd only when none of its parameters requires grad.
+
+Shapes: B sentences, W words (after padding), C characters per word (50), P = projection_dim,
+H = classifier_hidden_size, K = num_labels.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.modeling_outputs import SequenceClassifierOutput
+from transformers.utils import can_return_tuple
+
+from .configuration_elmo import ElmoConfig
+from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
+from .modeling_elmo_tagging import ElmoTagEncoder
+
+PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
+
+
+def pool_words(states: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """One vector per sentence from its words' vectors: max and/or mean over the words.
+
+    Args:
+        states: ``(B, W, F)`` word vectors (anything past a sentence's end is ignored).
+        mask: ``(B, W)`` bool, True for words.
+        pooling: ``"max_mean"`` (``[max; mean]``), ``"max"`` or ``"mean"``.
+
+    Returns:
+        ``(B, 2F)`` for ``"max_mean"``, else ``(B, F)``; zero for a sentence without words.
+    """
+    keep = mask.unsqueeze(-1)  # (B, W, 1)
+    counts = mask.sum(dim=1, keepdim=True)  # (B, 1)
+    pooled = []
+    if pooling in ("max_mean", "max"):
+        # -inf on padding so that it never wins; a sentence without words would keep -inf: it gets zeros.
+        best = states.masked_fill(~keep, float("-inf")).amax(dim=1) if states.shape[1] else states.sum(dim=1)
+        pooled.append(best.masked_fill(counts.eq(0), 0.0))
+    if pooling in ("max_mean", "mean"):
+        pooled.append(states.masked_fill(~keep, 0.0).sum(dim=1) / counts.clamp(min=1).to(states.dtype))
+    return torch.cat(pooled, dim=-1) if len(pooled) > 1 else pooled[0]
+
+
+class ElmoForSequenceClassification(ElmoPreTrainedModel):
+    r"""ELMo sentence classifier: one label (or several, or a score) per sentence from a (by default frozen) biLM.
+
+    ``self.elmo`` is an [`ElmoModel`] (``base_model_prefix = "elmo"``) with one scalar mix, so a converted or
+    trained ``ElmoModel`` folder loads straight into it; the encoder and the classifier are new:
+
+    ```python
+    model = ElmoForSequenceClassification.from_pretrained(
+        "elmo-small", id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1}
+    )
+    ```
+
+    A one-layer BiLSTM (``classifier_hidden_size`` per direction) reads the mix, its states are pooled over the
+    words (``classifier_pooling``), and a linear layer gives ``num_labels`` logits after dropout
+    (``classifier_dropout``). The loss follows ``config.problem_type`` as in transformers' heads (when it is
+    ``None``, the first labelled batch decides and records it: one label -> regression, integer labels ->
+    single-label, else multi-label), and adds the mix's L2 penalty (``scalar_mix_l2_coef``).
+
+    With ``config.freeze_bilm`` (default) the character encoder and the biLSTM layers get ``requires_grad=False``
+    after ``__init__`` and again after ``from_pretrained``; they then run without autograd. The scalar mix, the
+    encoder and the classifier train. ``model.freeze_bilm(False)`` (or ``model.requires_grad_(True)``) after loading
+    fine-tunes the whole biLM too.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        config.validate_classifier()  # again: the config may have been changed since it was built
+        if config.stateful:
+            raise ValueError(
+                "a sentence classifier needs a stateless biLM (stateful=True makes labels depend on earlier "
+                "batches): load it with stateful=False"
+            )
+        self.num_labels = config.num_labels
+        # The biLM computes exactly the one mix the head reads (config.num_output_representations is not used).
+        self.elmo = ElmoModel(config, num_output_representations=1)
+        self.encoder = ElmoTagEncoder(config.hidden_size, config.classifier_hidden_size, 1, 0.0)
+        pooled_size = 2 * config.classifier_hidden_size * (2 if config.classifier_pooling == "max_mean" else 1)
+        self.dropout = nn.Dropout(config.classifier_dropout)
+        self.classifier = nn.Linear(pooled_size, config.num_labels)
+        self.post_init()
+        self.apply_freezing()
+
+    def apply_freezing(self) -> None:
+        """``freeze_bilm(config.freeze_bilm)``: run after ``__init__`` and, by ``from_pretrained``, after loading."""
+        self.freeze_bilm(self.config.freeze_bilm)
+
+    def freeze_bilm(self, freeze: bool = True) -> None:
+        """Freeze (or unfreeze) the character encoder and the biLSTM layers; the scalar mix stays trainable.
+
+        Only ``requires_grad`` changes: the config is left alone (set ``model.config.freeze_bilm`` before saving to
+        have a saved model load unfrozen).
+        """
+        for module in (self.elmo.char_cnn, self.elmo.bilm):
+            for parameter in module.parameters():
+                parameter.requires_grad_(not freeze)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.elmo.get_input_embeddings()
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+    ) -> SequenceClassifierOutput:
+        r"""
+        Args:
+            input_ids: ``(B, W, C)`` character ids from [`ElmoTokenizer`] (rows of zeros for padding).
+            attention_mask: ``(B, W)``, 1 for words, right-padded. Default: the non-zero rows of ``input_ids``.
+            labels: by ``config.problem_type``: ``(B,)`` class ids in ``[0, K)`` (single-label), ``(B, K)`` 0/1
+                targets (multi-label), or ``(B,)`` / ``(B, K)`` numbers (regression).
+            output_hidden_states: return the biLM's ``L + 1`` layers as ``hidden_states`` (default
+                ``config.output_hidden_states``).
+
+        Returns:
+            [`SequenceClassifierOutput`] with ``loss`` (with ``labels``) and ``logits`` ``(B, K)``.
+        """
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        # Down into the biLM once: the word mask and the mix come back.
+        base = self.elmo(
+            input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states, return_dict=True
+        )
+        mask = base.mask.bool()  # (B, W)
+        states = self.encoder(base.elmo, mask.sum(dim=1))  # (B, W, 2H), zero past each sentence's end
+        pooled = pool_words(states, mask, self.config.classifier_pooling)  # (B, 2H) or (B, 4H)
+        logits = self.classifier(self.dropout(pooled))  # (B, K)
+
+        loss = None
+        if labels is not None:
+            loss = self._classification_loss(logits, labels) + self.elmo.mix_l2_penalty()
+        return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=base.hidden_states)
+
+    def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The loss of ``config.problem_type``, decided and recorded as transformers' heads do when it is None."""
+        config, batch, k = self.config, logits.shape[0], self.num_labels
+        if config.problem_type is None:
+            # As BertForSequenceClassification: recorded in the config, so that a saved model's pipeline applies
+            # the matching score function (sigmoid for multi-label, softmax for single-label).
+            if k == 1:
+                config.problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                config.problem_type = "single_label_classification"
+            else:
+                config.problem_type = "multi_label_classification"
+        problem = config.problem_type
+        if problem == "regression":
+            if labels.numel() != logits.numel():
+                raise ValueError(
+                    f"regression labels must hold one number per output: shape ({batch},) or ({batch}, {k}) for "
+                    f"num_labels={k}, got {tuple(labels.shape)}"
+                )
+            return F.mse_loss(logits.reshape(-1), labels.reshape(-1).to(logits.dtype))
+        if problem == "single_label_classification":
+            if labels.is_floating_point() or labels.numel() != batch:
+                raise ValueError(
+                    f"single-label classification labels must be ({batch},) integer class ids, got "
+                    f"{tuple(labels.shape)} {labels.dtype}"
+                )
+            labels = labels.reshape(-1)
+            if bool(((labels < 0) | (labels >= k)).any()):
+                raise ValueError(f"labels must be class ids in [0, {k}), got {labels.unique().tolist()[:8]}")
+            return F.cross_entropy(logits.reshape(-1, k), labels)
+        if problem == "multi_label_classification":
+            if tuple(labels.shape) != tuple(logits.shape):
+                raise ValueError(
+                    f"multi-label classification labels must be ({batch}, {k}) targets in [0, 1], got "
+                    f"{tuple(labels.shape)}"
+                )
+            return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        raise ValueError(f"problem_type must be one of {', '.join(PROBLEM_TYPES)} or None, got {problem!r}")
+
+
+__all__ = ["ElmoForSequenceClassification", "pool_words"]
