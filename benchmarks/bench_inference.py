@@ -18,20 +18,37 @@ millisecond, on CPU; ``max_memory_allocated`` on CUDA), after one warm-up call.
     python benchmarks/bench_inference.py                          # original size, batch 32, 2 threads
     python benchmarks/bench_inference.py --sizes small medium original --batch-sizes 8 32 64
     python benchmarks/bench_inference.py --smoke                   # tiny model, seconds (CI)
+
+With ``--allennlp_python REFENV/bin/python`` (the reference environment that
+``../shared/tools/allennlp/make_refenv.sh`` builds) it instead compares this package with AllenNLP 2.10's
+``Elmo`` (see [`compare_with_allennlp`]): the original 2x4096_512 size with random weights written in the original
+format and converted, so that both load identical weights; real sentences from WikiText-2; one process per
+measurement, ours and AllenNLP's alternating; float32, bfloat16 and int8 at batch 32 and batch 1, and
+``elmo embed`` on a corpus against AllenNLP's loop of batches of 64 in file order. It prints the CPU and its
+matrix units, the matrix-product rates measured at the model's own shapes (the ceiling), and for each row the
+median words/s, the ratio to AllenNLP and the fraction of the ceiling reached.
+
+    python benchmarks/bench_inference.py --allennlp_python /work/refenv-allennlp/bin/python
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import multiprocessing as mp
+import os
 import platform
 import random
 import resource
 import statistics
 import string
+import subprocess
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -214,7 +231,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--plain", action="store_true", help="also time the step-by-step reference (slow)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 repeats: a quick check that it runs")
+    parser.add_argument("--allennlp_python", help="the AllenNLP reference environment's python: compare with it")
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES), help="with --allennlp_python")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating process pairs per row (--allennlp_python)")
+    parser.add_argument(
+        "--corpus_sentences", type=int, default=400, help="WikiText-2 sentences for the corpus rows (0: none)"
+    )
+    parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "elmo-bench-allennlp"))
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one timed process of ours
     args = parser.parse_args(argv)
+    if args.worker:
+        return _our_worker(args.worker)
+    if args.allennlp_python:
+        return compare_with_allennlp(args)
     if args.smoke:
         args.sizes, args.batch_sizes, args.repeats, args.plain, args.no_memory = ["tiny"], [4], 2, True, True
         args.min_words, args.max_words = 3, 8
@@ -259,6 +288,290 @@ def main(argv: list[str] | None = None) -> None:
                     f"| {memory:.0f} |",
                     flush=True,
                 )
+
+
+# ---------------------------------------------------------------------- against AllenNLP, process by process
+
+HERE = Path(__file__).resolve().parent
+ALLENNLP_DIR = HERE.parent.parent / "shared" / "tools" / "allennlp"
+WIKITEXT = HERE.parent.parent / "shared" / "data" / "wikitext-2" / "test.txt"
+ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+MODES = ("float32", "bfloat16", "int8")
+MATRIX_UNITS = ("amx_tile", "amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx512f")
+
+
+def cpu_description() -> str:
+    """The CPU model and which of its matrix/vector units of interest ``/proc/cpuinfo`` lists."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
+    flags = next((set(line.split(":", 1)[1].split()) for line in text.splitlines() if line.startswith("flags")), set())
+    units = ", ".join(f"{unit} {'yes' if unit in flags else 'no'}" for unit in MATRIX_UNITS)
+    return f"{model} ({os.cpu_count()} CPUs visible; {units})"
+
+
+def original_model(work_dir: Path) -> tuple[Path, Path, Path]:
+    """``(options.json, weights.hdf5, our folder)`` of a random original-size model, written once into
+    ``work_dir``: the original format (weights ``normal / sqrt(fan_in)``, activations of order one), converted."""
+    sys.path.insert(0, str(HERE.parent / "tests"))
+    from original_format import write_original_model
+
+    from modeling_elmo.commands.convert import convert
+
+    folder = work_dir / "ours"
+    options, weights = work_dir / "original" / "options.json", work_dir / "original" / "lm_weights.hdf5"
+    if not (folder / "model.safetensors").exists():
+        options, weights = write_original_model(
+            work_dir / "original", lstm_dim=4096, projection_dim=512, filters=ORIGINAL_FILTERS, char_dim=16,
+            n_highway=2,
+        )  # fmt: skip
+        convert(options, weights, folder, overwrite=True, progress=False)
+    return options, weights, folder
+
+
+def wikitext_sentences(count: int, min_words: int, max_words: int, skip: int = 0) -> list[list[str]]:
+    """``count`` sentences of ``min_words``-``max_words`` words of WikiText-2's test set (lines cut at `` . ``)."""
+    found = []
+    for line in WIKITEXT.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.strip().startswith("="):
+            continue
+        for sentence in line.split(" . "):
+            words = sentence.split()
+            if min_words <= len(words) <= max_words:
+                found.append(words)
+                if len(found) == skip + count:
+                    return found[skip:]
+    return found[skip:]
+
+
+def load_in_mode(folder: str, mode: str) -> ElmoModel:
+    """Our model in ``mode``: float32, ``from_pretrained(..., dtype=torch.bfloat16)``, or ``quantize_int8``."""
+    if mode == "bfloat16":
+        return ElmoModel.from_pretrained(folder, dtype=torch.bfloat16).eval()
+    model = ElmoModel.from_pretrained(folder).eval()
+    if mode == "int8":
+        from modeling_elmo.utils.quantize_elmo import quantize_int8
+
+        quantize_int8(model)
+    return model
+
+
+def _our_worker(spec_path: str) -> None:
+    """One timed process of ours (see ``allennlp_worker.py`` for the spec); prints one JSON line."""
+    spec = json.loads(Path(spec_path).read_text())
+    torch.set_num_threads(spec["threads"])
+    if spec.get("ceiling"):
+        print(json.dumps(measure_ceiling(spec["ceiling"])))
+        return
+    from modeling_elmo import ElmoTokenizer
+
+    start = time.perf_counter()
+    model = load_in_mode(spec["folder"], spec["mode"])
+    tokenizer = ElmoTokenizer.from_pretrained(spec["folder"])
+    load_s = time.perf_counter() - start
+    inputs = [tokenizer(b, is_split_into_words=True, padding=True, return_tensors="pt") for b in spec["batches"]]
+    times = []
+    with torch.inference_mode():
+        for repeat in range(spec["warmup"] + spec["repeats"]):
+            start = time.perf_counter()
+            for k, batch in enumerate(inputs):
+                out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+                if repeat == 0 and k == 0 and spec.get("dump"):
+                    import numpy as np
+
+                    np.save(spec["dump"], out.elmo.float().numpy())
+            if repeat >= spec["warmup"]:
+                times.append(time.perf_counter() - start)
+    print(json.dumps({"load_s": load_s, "times": times}))
+
+
+def product_shapes(batch: int, steps: int, distinct: int, p: int = 512, d: int = 4096, filters: int = 2048):
+    """The model's matrix products for one batch: ``{name: ((groups, rows, inner, outer), calls, weights)}``:
+    ``calls`` per batch, and how many different weights of that shape the model holds (its layers)."""
+    return {
+        "LSTM input": ((2, steps, p, 4 * d), 2, 2),  # per layer, all packed steps at once
+        "LSTM recurrent": ((2, batch, p, 4 * d), 2 * steps // batch, 2),  # per layer and step
+        "LSTM projection": ((2, batch, d, p), 2 * steps // batch, 2),
+        "highway": ((1, distinct, filters, filters), 4, 4),
+        "token projection": ((1, distinct, filters, p), 1, 1),
+    }
+
+
+def measure_ceiling(spec: dict) -> dict:
+    """GFLOP/s of ``torch.bmm`` (float32, bfloat16) and of the int8 products (``linear_dynamic``) at each of the
+    model's shapes (``product_shapes``), and the combined rate: all the products' work over their summed time.
+
+    Each shape cycles through as many different weights as the model has of it (one per layer), so that the
+    weights come from memory as they do in the model, not from a cache that holds one layer's weights."""
+    from modeling_elmo.utils.quantize_elmo import _linear, _pack
+
+    result = {}
+    for mode in MODES:
+        rates, total_macs, total_time = {}, 0.0, 0.0
+        for name, ((groups, rows, inner, outer), calls, layers) in product_shapes(**spec).items():
+            a = torch.randn(groups, rows, inner)
+            weights = [torch.randn(groups, inner, outer) / inner**0.5 for _ in range(layers)]
+            if mode == "int8":
+                packed = [[_pack(w[g].t()) for g in range(groups)] for w in weights]
+
+                def run(a=a, packed=packed):
+                    return [_linear(a[g], each[g]) for each in packed for g in range(len(each))]
+            else:
+                a, weights = a.to(getattr(torch, mode)), [w.to(getattr(torch, mode)) for w in weights]
+
+                def run(a=a, weights=weights):
+                    return [torch.bmm(a, w) for w in weights]
+
+            run()
+            samples = []
+            for _ in range(5):
+                start = time.perf_counter()
+                run()
+                samples.append((time.perf_counter() - start) / layers)
+            seconds = statistics.median(samples)
+            macs = groups * rows * inner * outer
+            rates[name] = 2 * macs / seconds / 1e9
+            total_macs += macs * calls
+            total_time += seconds * calls
+        result[mode] = {"shapes": rates, "combined": 2 * total_macs / total_time / 1e9}
+    return result
+
+
+def useful_gflop(batches: list[list[list[str]]], p: int = 512, d: int = 4096, filters: int = 2048) -> float:
+    """The products' work (GFLOP) of ``batches``: the LSTMs over every sentence's words and ``<S>``, ``</S>``,
+    the highway and projection layers once per distinct word (the character convolutions, a few %, left out)."""
+    steps = sum(len(s) + 2 for b in batches for s in b)
+    distinct = sum(len({w for s in b for w in s}) + 2 for b in batches)
+    lstm = 2 * 2 * (2 * p * 4 * d + d * p)
+    token = 2 * 2 * filters * filters + filters * p
+    return 2 * (lstm * steps + token * distinct) / 1e9
+
+
+def _run_json(command: list[str], spec: dict, work_dir: Path) -> dict:
+    path = work_dir / "spec.json"
+    path.write_text(json.dumps(spec))
+    done = subprocess.run([*command, str(path)], capture_output=True, text=True, env=_bench_env())
+    if done.returncode != 0:
+        raise SystemExit(f"error: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _bench_env() -> dict:
+    here = str(HERE.parent)
+    path = os.environ.get("PYTHONPATH", "")
+    return {**os.environ, "PYTHONPATH": here + (os.pathsep + path if path else "")}
+
+
+def _timed(command: list[str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, env=_bench_env())
+    if done.returncode != 0:
+        raise SystemExit(f"error: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - start
+
+
+def compare_with_allennlp(args) -> None:
+    """Ours against AllenNLP's ``Elmo`` (see the module's docstring); prints markdown tables."""
+    work_dir = Path(args.work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    options, weights, folder = original_model(work_dir)
+    ours = [sys.executable, str(Path(__file__).resolve()), "--worker"]
+    theirs = [args.allennlp_python, str(HERE / "allennlp_worker.py")]
+    common = {"threads": args.threads, "warmup": args.warmup, "repeats": args.repeats}
+    allennlp_spec = {"allennlp_dir": str(ALLENNLP_DIR), "options": str(options), "weights": str(weights)}
+    print(f"# CPU: {cpu_description()}")
+    print(f"# torch {torch.__version__}, {args.threads} threads; load before: {os.getloadavg()}")
+    print("# original 2x4096_512 size, random weights (the original format, converted: both load the same ones)")
+
+    sentences = wikitext_sentences(32, args.min_words, args.max_words)
+    rows = {32: [sentences], 1: [[s] for s in sentences[:8]]}
+    ceiling = {}
+    for batch in rows:
+        first = sentences if batch > 1 else sentences[:1]
+        distinct = len({w for s in first for w in s}) + 2
+        shape = {"batch": batch, "steps": sum(len(s) + 2 for s in first), "distinct": distinct}
+        ceiling[batch] = _run_json(ours, {**common, "ceiling": shape}, work_dir)
+    print("\nMatrix-product rates at the model's shapes (GFLOP/s; the combined rate weighs each shape by its work):")
+    print("| batch | precision | " + " | ".join(product_shapes(1, 1, 1)) + " | combined |")
+    print("|---|---|" + "---|" * (len(product_shapes(1, 1, 1)) + 1))
+    for batch, by_mode in ceiling.items():
+        for mode, rates in by_mode.items():
+            cells = " | ".join(f"{rate:.0f}" for rate in rates["shapes"].values())
+            print(f"| {batch} | {mode} | {cells} | {rates['combined']:.0f} |")
+
+    print("\n| mode | batch | this package, words/s | AllenNLP Elmo float32, words/s | ratio | fraction of ceiling |")
+    print("|---|---|---|---|---|---|")
+    for batch, batches in rows.items():
+        words = sum(len(s) for b in batches for s in b)
+        gflop = useful_gflop(batches)
+        times = {mode: [] for mode in args.modes}
+        times["allennlp"] = []
+        dumps = {"allennlp": work_dir / "allennlp.npy", "float32": work_dir / "ours.npy"}
+        for _ in range(args.rounds):  # alternate: ours in each mode, then AllenNLP, and again
+            for mode in args.modes:
+                spec = {**common, "folder": str(folder), "mode": mode, "batches": batches}
+                if mode in dumps:  # only float32's first batch is compared with AllenNLP's
+                    spec["dump"] = str(dumps[mode])
+                times[mode] += _run_json(ours, spec, work_dir)["times"]
+            spec = {**common, **allennlp_spec, "batches": batches, "dump": str(dumps["allennlp"])}
+            times["allennlp"] += _run_json(theirs, spec, work_dir)["times"]
+        theirs_rate = words / statistics.median(times["allennlp"])
+        for mode in args.modes:
+            rate = words / statistics.median(times[mode])
+            fraction = gflop * rate / words / ceiling[batch][mode]["combined"]
+            print(f"| {mode} | {batch} | {rate:.0f} | {theirs_rate:.0f} | {rate / theirs_rate:.1f}x | {fraction:.0%} |")
+        if batch == 32 and "float32" in args.modes:
+            import numpy as np
+
+            a, b = np.load(dumps["float32"]), np.load(dumps["allennlp"])
+            print(f"(float32, first batch: largest difference to AllenNLP's vectors {np.abs(a - b).max():.1e})")
+
+    if args.corpus_sentences:
+        corpus = work_dir / "corpus.txt"
+        text = [" ".join(s) for s in wikitext_sentences(args.corpus_sentences, 1, 10_000)]
+        corpus.write_text("\n".join(text) + "\n", encoding="utf-8")
+        one = work_dir / "one.txt"
+        one.write_text(text[0] + "\n", encoding="utf-8")
+        words = sum(len(line.split()) for line in text)
+        cli = [sys.executable, "-m", "modeling_elmo.commands.cli", "embed", "--model", str(folder)]
+        cli += ["--device", "cpu", "--output_type", "elmo", "--disable_tqdm", "--overwrite", "-o"]
+        flags = {"float32": [], "bfloat16": ["--dtype", "bfloat16"], "int8": ["--quantize", "int8"]}
+        walls = {mode: [] for mode in args.modes}
+        walls["allennlp"] = []
+        for _ in range(max(1, args.rounds - 1)):
+            for mode in args.modes:
+                full = _timed([*cli, str(work_dir / "ours.hdf5"), str(corpus), *flags[mode]])
+                start_up = _timed([*cli, str(work_dir / "ours1.hdf5"), str(one), *flags[mode]])
+                walls[mode].append((full, start_up))
+            for source, key in ((corpus, "full"), (one, "one")):
+                spec = {**allennlp_spec, "threads": args.threads, "corpus": str(source), "batch_size": 64}
+                spec["output"] = str(work_dir / f"allennlp-{key}.hdf5")
+                start = time.perf_counter()
+                _run_json(theirs, spec, work_dir)
+                if key == "full":
+                    full = time.perf_counter() - start
+                else:
+                    walls["allennlp"].append((full, time.perf_counter() - start))
+
+        def rates(pairs):  # words/s over the whole run, and without the start-up (a 1-sentence run)
+            full = statistics.median(f for f, _ in pairs)
+            net = statistics.median(f - s for f, s in pairs)
+            return words / full, words / max(net, 1e-9)
+
+        theirs_full, theirs_net = rates(walls["allennlp"])
+        print(f"\nCorpus: {len(text)} WikiText-2 sentences ({words} words), one per line; words/s of the whole run")
+        print("(process start and model load included), then without the start-up measured on a 1-sentence file.")
+        print("| mode | `elmo embed` | AllenNLP loop (batches of 64, file order) | ratio | ratio without start-up |")
+        print("|---|---|---|---|---|")
+        for mode in args.modes:
+            full, net = rates(walls[mode])
+            print(
+                f"| {mode} | {full:.0f} ({net:.0f} net) | {theirs_full:.0f} ({theirs_net:.0f} net) "
+                f"| {full / theirs_full:.1f}x | {net / theirs_net:.1f}x |"
+            )
+    print(f"# load after: {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,202 @@
+"""Reduced precision (issue 17): bfloat16 (``from_pretrained(..., dtype=torch.bfloat16)``) and int8
+(``quantize_int8``) agree with float32 within stated bounds, on the tiny model and on the TensorFlow fixture; the
+cell state stays float32 in bfloat16; both run on a CPU without bfloat16 or VNNI units; ``elmo embed --dtype`` and
+``--quantize`` reach the model."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from helpers import TINY
+
+from modeling_elmo import ElmoConfig, ElmoLstmState, ElmoModel, ElmoTokenizer
+from modeling_elmo.commands import cli
+from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
+from modeling_elmo.utils.quantize_elmo import Int8BiLstmLayer, Int8Linear, quantize_int8
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# Minimum cosine of every word vector of every layer to float32, with margin over what was measured (AMD EPYC,
+# torch 2.13): bfloat16 0.99990 on the fixture and 0.99997 on the tiny model; int8 0.99914 on the fixture and
+# 0.99988 on the tiny model (0.9995 with the kernels limited to AVX2, where activations are 7-bit).
+BF16_MIN_COSINE = 0.9995
+INT8_MIN_COSINE = 0.998
+
+
+TOKENIZER = ElmoTokenizer()
+SENTENCES = [
+    ["The", "cat", "sat", "on", "the", "mat", "."],
+    ["Hi"],
+    ["A", "much", "longer", "sentence", ",", "with", "many", "more", "words", "than", "the", "others", "."],
+    ["Two", "words"],
+]
+
+
+def tiny_model(seed: int = 0) -> ElmoModel:
+    torch.manual_seed(seed)
+    return ElmoModel(ElmoConfig(**TINY)).eval()
+
+
+def layers_of(model: ElmoModel, sentences) -> tuple[list[torch.Tensor], ElmoModel]:
+    """Per layer, the word vectors ``(words, 2P)`` as float32."""
+    batch = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**batch, output_hidden_states=True)
+    mask = out.mask.bool()
+    return [layer[mask].float() for layer in out.hidden_states]
+
+
+def min_cosines(reduced: list[torch.Tensor], reference: list[torch.Tensor]) -> list[float]:
+    return [
+        float(torch.nn.functional.cosine_similarity(a.double(), b.double(), dim=-1).min())
+        for a, b in zip(reduced, reference, strict=True)
+    ]
+
+
+def fixture_sentences(fixture_dir) -> list[list[str]]:
+    with open(fixture_dir / "sentences.json", encoding="utf-8") as f:
+        return [line.split(" ") for batch in json.load(f) for line in batch]
+
+
+# ------------------------------------------------------------------------------------------------ bfloat16
+
+
+def test_bfloat16_agrees_with_float32_on_the_fixture(converted_fixture, fixture_dir):
+    sentences = fixture_sentences(fixture_dir)
+    reference = layers_of(ElmoModel.from_pretrained(converted_fixture).eval(), sentences)
+    model = ElmoModel.from_pretrained(converted_fixture, dtype=torch.bfloat16).eval()
+    assert model.bilm.layers[0].state_kernel.dtype == torch.bfloat16
+    assert min(min_cosines(layers_of(model, sentences), reference)) >= BF16_MIN_COSINE
+
+
+def test_bfloat16_agrees_with_float32_on_the_tiny_model():
+    model = tiny_model()
+    reference = layers_of(model, SENTENCES)
+    assert min(min_cosines(layers_of(copy.deepcopy(model).to(torch.bfloat16), SENTENCES), reference)) >= BF16_MIN_COSINE
+
+
+def test_bfloat16_keeps_the_cell_state_in_float32():
+    """The products run in bfloat16, but the cell state is carried in float32 from step to step and from call
+    to call (a stateful bfloat16 model continues exactly as the float32 state says)."""
+    model = copy.deepcopy(tiny_model()).to(torch.bfloat16)
+    batch = TOKENIZER(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
+    state = ElmoLstmState()
+    with torch.no_grad():
+        out = model(**batch, lstm_state=state, output_hidden_states=True)
+    assert out.hidden_states[-1].dtype == torch.bfloat16
+    for h, c in state.layers:
+        assert h.dtype == torch.bfloat16 and c.dtype == torch.float32
+    # The float32 cell state is what the next call starts from: a second call continues from it.
+    with torch.no_grad():
+        second = model(**batch, lstm_state=state, output_hidden_states=True).hidden_states[-1]
+        fresh = model(**batch, output_hidden_states=True).hidden_states[-1]
+    assert not torch.equal(second, fresh)
+    assert all(c.dtype == torch.float32 for _, c in state.layers)
+    assert ElmoBiLstmLayer.state_dtype(torch.bfloat16) == torch.float32
+    assert ElmoBiLstmLayer.state_dtype(torch.float32) == torch.float32
+
+
+# ------------------------------------------------------------------------------------------------ int8
+
+
+def test_int8_agrees_with_float32_on_the_fixture(converted_fixture, fixture_dir):
+    sentences = fixture_sentences(fixture_dir)
+    model = ElmoModel.from_pretrained(converted_fixture).eval()
+    reference = layers_of(model, sentences)
+    quantized = quantize_int8(model)
+    assert quantized is model
+    assert all(isinstance(layer, Int8BiLstmLayer) for layer in model.bilm.layers)
+    assert isinstance(model.char_cnn.projection, Int8Linear)
+    assert all(isinstance(h.carry, Int8Linear) and isinstance(h.transform, Int8Linear) for h in model.char_cnn.highways)
+    # No float LSTM kernels are left: the int8 ones replace them.
+    names = [name for name, _ in model.named_parameters()]
+    assert not any(name.endswith(("input_kernel", "state_kernel", "projection")) for name in names)
+    assert min(min_cosines(layers_of(model, sentences), reference)) >= INT8_MIN_COSINE
+
+
+def test_int8_agrees_with_float32_on_the_tiny_model():
+    model = tiny_model()
+    reference = layers_of(model, SENTENCES)
+    cosines = min_cosines(layers_of(quantize_int8(copy.deepcopy(model)), SENTENCES), reference)
+    assert min(cosines) >= INT8_MIN_COSINE
+
+
+def test_quantize_int8_refuses_what_it_cannot_quantize():
+    with pytest.raises(ValueError, match="float32 model on CPU"):
+        quantize_int8(tiny_model().to(torch.bfloat16))
+    with pytest.raises(ValueError, match="takes an ElmoModel"):
+        quantize_int8(torch.nn.Linear(2, 2))
+
+
+# ------------------------------------------------------------------------------------- without the units
+
+_WITHOUT_UNITS = """
+import copy, sys, torch
+sys.path.insert(0, "tests")
+from helpers import TINY
+from modeling_elmo import ElmoConfig, ElmoModel
+from modeling_elmo.utils.quantize_elmo import quantize_int8
+torch.manual_seed(0)
+model = ElmoModel(ElmoConfig(**TINY)).eval()
+ids = torch.randint(1, 200, (3, 9, 50))
+ids[1, 4:] = 0
+with torch.no_grad():
+    ref = model(input_ids=ids, output_hidden_states=True).hidden_states
+    bf16 = copy.deepcopy(model).to(torch.bfloat16)(input_ids=ids, output_hidden_states=True).hidden_states
+    int8 = quantize_int8(copy.deepcopy(model))(input_ids=ids, output_hidden_states=True).hidden_states
+def worst(layers):
+    return min(float(torch.nn.functional.cosine_similarity(a.float(), b, dim=-1)[b.norm(dim=-1) > 0].min())
+               for a, b in zip(layers, ref))
+print(torch.backends.cpu.get_cpu_capability(), worst(bf16), worst(int8))
+"""
+
+
+def test_reduced_paths_run_on_a_cpu_without_bfloat16_or_vnni_units():
+    """Limit ATen, oneDNN and FBGEMM to AVX2 (no AVX-512 BF16, no VNNI, no AMX): the results still agree."""
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2", FBGEMM_ENABLE_INSTRUCTIONS="AVX2")
+    env["OMP_NUM_THREADS"] = "1"
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_UNITS], capture_output=True, text=True, env=env, timeout=600, check=True
+    )
+    capability, bf16, int8 = done.stdout.split()
+    assert capability == "AVX2"
+    assert float(bf16) >= BF16_MIN_COSINE and float(int8) >= INT8_MIN_COSINE
+
+
+# ----------------------------------------------------------------------------------------- elmo embed
+
+
+def test_embed_dtype_and_quantize_reach_the_model(tiny_dir, tmp_path, capsys):
+    _, model = cli.load_model(str(tiny_dir), torch.device("cpu"), "bfloat16")
+    assert model.dtype == torch.bfloat16 and model.bilm.layers[0].state_kernel.dtype == torch.bfloat16
+    _, model = cli.load_model(str(tiny_dir), torch.device("cpu"), quantize="int8")
+    assert all(isinstance(layer, Int8BiLstmLayer) for layer in model.bilm.layers)
+
+    text = tmp_path / "in.txt"
+    text.write_text("The cat sat on the mat .\nHello world\n", encoding="utf-8")
+    vectors = {}
+    for name, flags in {"float32": [], "bfloat16": ["--dtype", "bfloat16"], "int8": ["--quantize", "int8"]}.items():
+        out = tmp_path / f"{name}.hdf5"
+        code = cli.main(["embed", str(text), "-o", str(out), "--model", str(tiny_dir), "--disable_tqdm", *flags])
+        assert code == 0
+        with h5py.File(out, "r") as f:
+            assert f.attrs["precision"] == name
+            vectors[name] = f["0"][()]
+    assert vectors["float32"].dtype == vectors["bfloat16"].dtype == vectors["int8"].dtype == np.float32
+    for name in ("bfloat16", "int8"):  # the flag changed the computation, and only slightly
+        assert not np.array_equal(vectors[name], vectors["float32"])
+        np.testing.assert_allclose(vectors[name], vectors["float32"], atol=0.05)
+
+    code = cli.main(["embed", str(text), "-o", str(tmp_path / "x.hdf5"), "--model", str(tiny_dir)]
+                    + ["--dtype", "bfloat16", "--quantize", "int8"])  # fmt: skip
+    assert code == 1
+    assert "error: --quantize int8 quantizes a float32 model" in capsys.readouterr().err
+    assert not (tmp_path / "x.hdf5").exists()
