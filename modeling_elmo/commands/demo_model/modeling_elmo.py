@@ -153,6 +153,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
     def __init__(self, config: ElmoConfig, residual: bool):
         super().__init__()
         p, d = config.projection_dim, config.lstm_dim
+        self.projection_dim, self.lstm_dim = p, d
         self.input_kernel = nn.Parameter(torch.empty(2, p, 4 * d))
         self.state_kernel = nn.Parameter(torch.empty(2, p, 4 * d))
         self.bias = nn.Parameter(torch.empty(2, 4 * d))
@@ -160,6 +161,38 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         self.cell_clip = config.cell_clip
         self.proj_clip = config.proj_clip
         self.residual = residual
+
+    # The three matrix products of a step. Subclasses change how they are computed (the int8 layer of
+    # ``modeling_elmo.utils.quantize_elmo``); the recurrence in ``forward`` stays the same.
+
+    def gate_bias(self) -> torch.Tensor:
+        """``B`` plus the forget bias 1, ``(2, 4D)``, in the state's dtype (see [`state_dtype`])."""
+        d = self.lstm_dim
+        bias = self.bias.to(self.state_dtype(self.bias.dtype))
+        return bias + F.pad(bias.new_ones(d), (2 * d, d))
+
+    def input_gates(self, inputs: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """``inputs (2, n, P) @ input_kernel + bias`` -> ``(2, n, 4D)`` in the state's dtype."""
+        if bias.dtype == self.input_kernel.dtype:
+            return torch.baddbmm(bias.unsqueeze(1), inputs, self.input_kernel)
+        return torch.bmm(inputs, self.input_kernel).to(bias.dtype) + bias.unsqueeze(1)
+
+    def add_state_gates(self, input_gates: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """``input_gates (2, n, 4D) + h (2, n, P) @ state_kernel`` -> ``(2, n, 4D)``, in ``input_gates``' dtype."""
+        if input_gates.dtype == self.state_kernel.dtype:
+            return torch.baddbmm(input_gates, h, self.state_kernel)
+        return input_gates + torch.bmm(h, self.state_kernel)  # a bfloat16 product, added in float32
+
+    def project(self, memory: torch.Tensor) -> torch.Tensor:
+        """``memory (2, n, D) @ projection`` -> ``h (2, n, P)`` in the weights' dtype."""
+        return torch.bmm(memory.to(self.projection.dtype), self.projection)
+
+    @staticmethod
+    def state_dtype(dtype: torch.dtype) -> torch.dtype:
+        """The dtype of the cell state, the gate arithmetic and the clips for weights of ``dtype``: float32 for
+        bfloat16 and float16 weights (their 8 or 11 bits of mantissa would be rounded off the cell state at every
+        step, and the error carried through the sentence), else ``dtype`` itself."""
+        return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
 
     def forward(
         self,
@@ -181,10 +214,15 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         Returns:
             ``outputs (2, N, P)`` packed like ``inputs``, and the states after each row's last
             step, ``h (2, B, P)`` and ``c (2, B, D)``.
+
+        Reduced precision (bfloat16 or float16 weights): the products run in the weights' dtype (their
+        accumulations in float32 inside the kernels), while the gates are added, activated and clipped and the
+        cell state ``c`` is kept in float32 (returned in float32); ``h`` and the outputs are in the weights' dtype.
         """
-        d = self.projection.shape[1]
         # The forget bias, added once for all steps instead of once per step.
-        bias = self.bias + F.pad(self.bias.new_ones(d), (2 * d, d))
+        bias = self.gate_bias()
+        c = c.to(bias.dtype)
+        h = h.to(inputs.dtype)
         # The input part of the gates, for blocks of GATE_BLOCK_ROWS packed steps at a time (usually all of
         # them at once): memory does not grow with N x 4D for very long inputs.
         input_gates, block_start, block_end = None, 0, 0
@@ -198,14 +236,14 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             if offset + n > block_end:
                 block_start, block_end = offset, offset + max(n, GATE_BLOCK_ROWS)
                 input_gates = None  # free the previous block first
-                input_gates = torch.baddbmm(bias.unsqueeze(1), inputs[:, block_start:block_end], self.input_kernel)
+                input_gates = self.input_gates(inputs[:, block_start:block_end], bias)
             start = offset - block_start
-            gates = torch.baddbmm(input_gates[:, start : start + n], h, self.state_kernel)  # (2, n, 4D)
+            gates = self.add_state_gates(input_gates[:, start : start + n], h)  # (2, n, 4D)
             i, j, f, o = gates.chunk(4, dim=-1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
             if self.cell_clip is not None:
                 c = c.clamp(-self.cell_clip, self.cell_clip)
-            h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), self.projection)
+            h = self.project(torch.sigmoid(o) * torch.tanh(c))
             if self.proj_clip is not None:
                 h = h.clamp(-self.proj_clip, self.proj_clip)
             outputs.append(h)
@@ -319,9 +357,15 @@ class ElmoBiLm(nn.Module):
     def _initial(self, state: ElmoLstmState | None, rows: int, like: torch.Tensor) -> list[LstmState]:
         """Per layer ``(h (2, rows, P), c (2, rows, D))`` from ``state`` (``rows`` rows) or zeros."""
         if state is not None and state.layers:
-            return [(h.to(like), c.to(like)) for h, c in state.layers]
+            return [
+                (h.to(like), c.to(device=like.device, dtype=layer.state_dtype(like.dtype)))
+                for layer, (h, c) in zip(self.layers, state.layers, strict=True)
+            ]
         return [
-            (like.new_zeros(2, rows, layer.projection.shape[2]), like.new_zeros(2, rows, layer.projection.shape[1]))
+            (
+                like.new_zeros(2, rows, layer.projection_dim),
+                like.new_zeros(2, rows, layer.lstm_dim, dtype=layer.state_dtype(like.dtype)),
+            )
             for layer in self.layers
         ]
 
