@@ -277,7 +277,7 @@ class ElmoTextClassificationPipeline(TextClassificationPipeline):
 
     def check_model_type(self, supported_models) -> None:
         # transformers' list of sequence classifiers holds only its own models: it would log an error for ELMo's.
-        if not type(self.model).__name__.startswith("Elmo"):
+        if not is_elmo_model(self.model):
             super().check_model_type(supported_models)
 
     def save_pretrained(self, save_directory, **kwargs) -> None:
