@@ -26,12 +26,14 @@ D = lstm_dim, T = W + 2 (words plus the sentence boundaries the model adds).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging as std_logging
 import math
 import operator
 import os
 import re
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,6 +132,59 @@ class ElmoCharacterEncoder(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
+class _PrepackedWeights:
+    """oneDNN's prepacked copies of one [`ElmoBiLstmLayer`]'s weights, for its products on the CPU at inference.
+
+    A plain matrix product re-lays its weight out into the kernel's blocked format on every call; for the LSTM's
+    products, whose weights are large and whose rows are few (a batch's rows at one step), that is most of the
+    cost. These copies are laid out once, then reused by every step until the weights change. They take as much
+    memory again as the LSTM weights (about 300 MB at the original size in float32), and are built lazily and
+    held outside the module (``deepcopy``, ``state_dict`` and saving do not see them).
+    """
+
+    _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __init__(self, weights: Sequence[torch.Tensor]):
+        # Aliases of the packed weights keep their memory alive, so an address seen again is the same tensor.
+        self.sources = [w.detach() for w in weights]
+        self.versions = [w._version for w in weights]
+        # Per weight ``(2, in, out)``, per direction the ``(out, in)`` weight in oneDNN's layout.
+        self.packed = [
+            [torch.ops.mkldnn._reorder_linear_weight(w[k].t().contiguous(), 32) for k in range(2)] for w in self.sources
+        ]
+
+    def current(self, weights: Sequence[torch.Tensor]) -> bool:
+        return all(
+            s.data_ptr() == w.data_ptr() and s.dtype == w.dtype and v == w._version
+            for s, v, w in zip(self.sources, self.versions, weights, strict=True)
+        )
+
+    @staticmethod
+    @functools.cache
+    def supported(dtype: torch.dtype) -> bool:
+        """Whether this torch build has oneDNN's prepacked products for ``dtype`` on this CPU."""
+        if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
+            return False
+        if dtype == torch.bfloat16:
+            return torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        return dtype == torch.float32
+
+    @classmethod
+    def of(cls, layer: nn.Module, weights: Sequence[torch.Tensor]) -> _PrepackedWeights:
+        packed = cls._cache.get(layer)
+        if packed is None or not packed.current(weights):
+            cls._cache.pop(layer, None)  # free the old copies before making new ones
+            packed = cls._cache[layer] = cls(weights)
+        return packed
+
+
+def _packed_product(x: torch.Tensor, packed: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``x (2, n, in)`` times each direction's prepacked weight: ``(2, n, out)`` in ``x``'s dtype."""
+    return torch.stack(
+        [torch.ops.mkldnn._linear_pointwise(x[k].contiguous(), packed[k], None, "none", [], "") for k in range(2)]
+    )
+
+
 class ElmoBiLstmLayer(GradientCheckpointingLayer):
     """Layer ``k`` of the biLM: a forward and a backward LSTM (independent weights), each with a
     projected, clipped output. Index 0 of every parameter is the forward direction, 1 the backward.
@@ -163,7 +218,24 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         self.residual = residual
 
     # The three matrix products of a step. Subclasses change how they are computed (the int8 layer of
-    # ``modeling_elmo.utils.quantize_elmo``); the recurrence in ``forward`` stays the same.
+    # ``modeling_elmo.utils.quantize_elmo``); the recurrence in ``forward`` stays the same. On the CPU, without
+    # autograd, they use prepacked weights (see [`_PrepackedWeights`]; ``use_prepacked_weights = False`` turns it off).
+
+    use_prepacked_weights: bool = True
+
+    def prepacked(self, x: torch.Tensor) -> list[list[torch.Tensor]] | None:
+        """Prepacked ``input_kernel``, ``state_kernel`` and ``projection`` for a product with ``x``, or ``None``
+        where the plain product runs: off the CPU, with gradients to compute, or without oneDNN for the dtype."""
+        weights = (self.input_kernel, self.state_kernel, self.projection)
+        if (
+            not self.use_prepacked_weights
+            or x.device.type != "cpu"
+            or x.dtype != self.input_kernel.dtype
+            or (torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights)))
+            or not _PrepackedWeights.supported(x.dtype)
+        ):
+            return None
+        return _PrepackedWeights.of(self, weights).packed
 
     def gate_bias(self) -> torch.Tensor:
         """``B`` plus the forget bias 1, ``(2, 4D)``, in the state's dtype (see [`state_dtype`])."""
@@ -173,19 +245,29 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
 
     def input_gates(self, inputs: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """``inputs (2, n, P) @ input_kernel + bias`` -> ``(2, n, 4D)`` in the state's dtype."""
+        packed = self.prepacked(inputs)
+        if packed is not None:
+            return _packed_product(inputs, packed[0]).to(bias.dtype) + bias.unsqueeze(1)
         if bias.dtype == self.input_kernel.dtype:
             return torch.baddbmm(bias.unsqueeze(1), inputs, self.input_kernel)
         return torch.bmm(inputs, self.input_kernel).to(bias.dtype) + bias.unsqueeze(1)
 
     def add_state_gates(self, input_gates: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """``input_gates (2, n, 4D) + h (2, n, P) @ state_kernel`` -> ``(2, n, 4D)``, in ``input_gates``' dtype."""
+        packed = self.prepacked(h)
+        if packed is not None:
+            return input_gates + _packed_product(h, packed[1])
         if input_gates.dtype == self.state_kernel.dtype:
             return torch.baddbmm(input_gates, h, self.state_kernel)
         return input_gates + torch.bmm(h, self.state_kernel)  # a bfloat16 product, added in float32
 
     def project(self, memory: torch.Tensor) -> torch.Tensor:
         """``memory (2, n, D) @ projection`` -> ``h (2, n, P)`` in the weights' dtype."""
-        return torch.bmm(memory.to(self.projection.dtype), self.projection)
+        memory = memory.to(self.projection.dtype)
+        packed = self.prepacked(memory)
+        if packed is not None:
+            return _packed_product(memory, packed[2])
+        return torch.bmm(memory, self.projection)
 
     @staticmethod
     def state_dtype(dtype: torch.dtype) -> torch.dtype:

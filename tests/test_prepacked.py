@@ -1,0 +1,111 @@
+"""Prepacked CPU weights (issue 17): the LSTM's products at inference use oneDNN's prepacked weights
+(``_PrepackedWeights``). They must give what the plain products give, be rebuilt whenever the weights change, and
+stay out of the way of autograd."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from helpers import TINY
+
+from modeling_elmo import ElmoConfig, ElmoModel
+from modeling_elmo.modeling_elmo import ElmoBiLstmLayer, _PrepackedWeights
+
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.skipif(not _PrepackedWeights.supported(torch.float32), reason="this torch build has no oneDNN"),
+]
+
+
+@pytest.fixture
+def model() -> ElmoModel:
+    torch.manual_seed(0)
+    return ElmoModel(ElmoConfig(**TINY)).eval()
+
+
+@pytest.fixture
+def batch() -> dict[str, torch.Tensor]:
+    torch.manual_seed(1)
+    ids = torch.randint(1, 200, (3, 7, 50))
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] * 2 + [0] * 5])
+    ids[mask == 0] = 0
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def _layers(model: ElmoModel) -> list[ElmoBiLstmLayer]:
+    return [m for m in model.modules() if isinstance(m, ElmoBiLstmLayer)]
+
+
+def _packed_layers(model: ElmoModel) -> int:
+    return sum(layer in _PrepackedWeights._cache for layer in _layers(model))
+
+
+def _run(model: ElmoModel, batch, prepacked: bool) -> torch.Tensor:
+    old = ElmoBiLstmLayer.use_prepacked_weights
+    ElmoBiLstmLayer.use_prepacked_weights = prepacked
+    try:
+        return torch.stack([t.float() for t in model(**batch, output_hidden_states=True).hidden_states])
+    finally:
+        ElmoBiLstmLayer.use_prepacked_weights = old
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_prepacked_products_match_the_plain_ones(model, batch, dtype):
+    if not _PrepackedWeights.supported(dtype):
+        pytest.skip(f"oneDNN has no prepacked {dtype} products on this CPU")
+    model = model.to(dtype)
+    with torch.no_grad():
+        plain = _run(model, batch, prepacked=False)
+        assert _packed_layers(model) == 0
+        packed = _run(model, batch, prepacked=True)
+    assert _packed_layers(model) == 2  # the prepacked path really ran, for both layers
+    # Both accumulate in float32; only the order of the sums may differ.
+    torch.testing.assert_close(packed, plain, atol=1e-5 if dtype == torch.float32 else 2e-2, rtol=1e-5)
+
+
+def test_changed_weights_are_packed_again(model, batch):
+    with torch.no_grad():
+        _run(model, batch, prepacked=True)
+        for layer in _layers(model):
+            layer.state_kernel.mul_(0.5)  # in place: the same tensor, a new version
+        layer.projection.data = layer.projection.data * 2  # a new tensor
+        packed = _run(model, batch, prepacked=True)
+        plain = _run(model, batch, prepacked=False)
+    torch.testing.assert_close(packed, plain, atol=1e-5, rtol=1e-5)
+
+
+def test_a_round_trip_through_bfloat16_is_not_served_stale_weights(model, batch):
+    with torch.no_grad():
+        _run(model, batch, prepacked=True)
+        model.to(torch.bfloat16).to(torch.float32)  # rounded weights, possibly at a freed address
+        packed = _run(model, batch, prepacked=True)
+        plain = _run(model, batch, prepacked=False)
+    torch.testing.assert_close(packed, plain, atol=1e-5, rtol=1e-5)
+
+
+def test_training_uses_the_plain_products_and_gets_gradients(model, batch):
+    model.train()
+    out = _run(model, batch, prepacked=True)
+    assert _packed_layers(model) == 0
+    out.sum().backward()
+    assert all(
+        layer.state_kernel.grad is not None and layer.state_kernel.grad.abs().sum() > 0 for layer in _layers(model)
+    )
+
+
+def test_a_frozen_bilm_is_prepacked_while_gradients_are_on(model, batch):
+    model.requires_grad_(False)  # a tagger's frozen biLM: grad mode is on, but nothing here needs it
+    out = _run(model, batch, prepacked=True)
+    assert _packed_layers(model) == 2
+    assert not out.requires_grad
+
+
+def test_copies_do_not_carry_the_packed_weights(model, batch):
+    with torch.no_grad():
+        _run(model, batch, prepacked=True)
+        twin = copy.deepcopy(model)
+        assert _packed_layers(twin) == 0
+        torch.testing.assert_close(_run(twin, batch, prepacked=True), _run(model, batch, prepacked=False))
+    assert not any("packed" in key for key in model.state_dict())
