@@ -255,6 +255,9 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
     def add_state_gates(self, input_gates: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """``input_gates (2, n, 4D) + h (2, n, P) @ state_kernel`` -> ``(2, n, 4D)``, in ``input_gates``' dtype."""
         packed = self.prepacked(h)
+        if packed is not None and input_gates.dtype == h.dtype:  # the sum fused into the product
+            add = torch.ops.mkldnn._linear_pointwise.binary
+            return torch.stack([add(h[k], input_gates[k].contiguous(), packed[1][k], None, "add") for k in range(2)])
         if packed is not None:
             return input_gates + _packed_product(h, packed[1])
         if input_gates.dtype == self.state_kernel.dtype:
