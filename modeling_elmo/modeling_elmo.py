@@ -238,31 +238,27 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         return _PrepackedWeights.of(self, weights).packed
 
     def gate_bias(self) -> torch.Tensor:
-        """``B`` plus the forget bias 1, ``(2, 4D)``, in the state's dtype (see [`state_dtype`])."""
+        """``B`` plus the forget bias 1, ``(2, 4D)``, in the weights' dtype."""
         d = self.lstm_dim
-        bias = self.bias.to(self.state_dtype(self.bias.dtype))
-        return bias + F.pad(bias.new_ones(d), (2 * d, d))
+        return self.bias + F.pad(self.bias.new_ones(d), (2 * d, d))
 
     def input_gates(self, inputs: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """``inputs (2, n, P) @ input_kernel + bias`` -> ``(2, n, 4D)`` in the state's dtype."""
+        """``inputs (2, n, P) @ input_kernel + bias`` -> ``(2, n, 4D)``."""
         packed = self.prepacked(inputs)
         if packed is not None:
-            return _packed_product(inputs, packed[0]).to(bias.dtype) + bias.unsqueeze(1)
-        if bias.dtype == self.input_kernel.dtype:
-            return torch.baddbmm(bias.unsqueeze(1), inputs, self.input_kernel)
-        return torch.bmm(inputs, self.input_kernel).to(bias.dtype) + bias.unsqueeze(1)
+            linear = torch.ops.mkldnn._linear_pointwise
+            return torch.stack(
+                [linear(inputs[k].contiguous(), packed[0][k], bias[k], "none", [], "") for k in range(2)]
+            )
+        return torch.baddbmm(bias.unsqueeze(1), inputs, self.input_kernel)
 
     def add_state_gates(self, input_gates: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """``input_gates (2, n, 4D) + h (2, n, P) @ state_kernel`` -> ``(2, n, 4D)``, in ``input_gates``' dtype."""
+        """``input_gates (2, n, 4D) + h (2, n, P) @ state_kernel`` -> ``(2, n, 4D)``."""
         packed = self.prepacked(h)
-        if packed is not None and input_gates.dtype == h.dtype:  # the sum fused into the product
+        if packed is not None:  # the sum fused into the product
             add = torch.ops.mkldnn._linear_pointwise.binary
             return torch.stack([add(h[k], input_gates[k].contiguous(), packed[1][k], None, "add") for k in range(2)])
-        if packed is not None:
-            return input_gates + _packed_product(h, packed[1])
-        if input_gates.dtype == self.state_kernel.dtype:
-            return torch.baddbmm(input_gates, h, self.state_kernel)
-        return input_gates + torch.bmm(h, self.state_kernel)  # a bfloat16 product, added in float32
+        return torch.baddbmm(input_gates, h, self.state_kernel)
 
     def project(self, memory: torch.Tensor) -> torch.Tensor:
         """``memory (2, n, D) @ projection`` -> ``h (2, n, P)`` in the weights' dtype."""
@@ -274,7 +270,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
 
     @staticmethod
     def state_dtype(dtype: torch.dtype) -> torch.dtype:
-        """The dtype of the cell state, the gate arithmetic and the clips for weights of ``dtype``: float32 for
+        """The dtype of the cell state, its update and its clip for weights of ``dtype``: float32 for
         bfloat16 and float16 weights (their 8 or 11 bits of mantissa would be rounded off the cell state at every
         step, and the error carried through the sentence), else ``dtype`` itself."""
         return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
@@ -300,13 +296,13 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             ``outputs (2, N, P)`` packed like ``inputs``, and the states after each row's last
             step, ``h (2, B, P)`` and ``c (2, B, D)``.
 
-        Reduced precision (bfloat16 or float16 weights): the products run in the weights' dtype (their
-        accumulations in float32 inside the kernels), while the gates are added, activated and clipped and the
-        cell state ``c`` is kept in float32 (returned in float32); ``h`` and the outputs are in the weights' dtype.
+        Reduced precision (bfloat16 or float16 weights): the products and the gates' pre-activations are in the
+        weights' dtype (the products accumulate in float32 inside the kernels), while the cell state ``c`` is kept,
+        updated and clipped in float32 (and returned in float32); ``h`` and the outputs are in the weights' dtype.
         """
         # The forget bias, added once for all steps instead of once per step.
         bias = self.gate_bias()
-        c = c.to(bias.dtype)
+        c = c.to(self.state_dtype(bias.dtype))
         h = h.to(inputs.dtype)
         # The input part of the gates, for blocks of GATE_BLOCK_ROWS packed steps at a time (usually all of
         # them at once): memory does not grow with N x 4D for very long inputs.
