@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import math
 import multiprocessing as mp
 import os
 import platform
@@ -48,6 +49,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -387,23 +389,26 @@ def _our_worker(spec_path: str) -> None:
     print(json.dumps({"load_s": load_s, "times": times}))
 
 
-def product_shapes(batch: int, steps: int, distinct: int, p: int = 512, d: int = 4096, filters: int = 2048):
-    """The model's matrix products for one batch: ``{name: ((groups, rows, inner, outer), calls, weights)}``:
-    ``calls`` per batch, and how many different weights of that shape the model holds (its layers)."""
+def product_shapes(rows: list[int], distinct: int, p: int = 512, d: int = 4096, filters: int = 2048):
+    """The model's matrix products for one batch, as it runs them: ``{name: [((groups, rows, inner, outer), calls,
+    weights), ...]}``, with ``calls`` per batch and how many different weights of that shape the model holds (its
+    layers). ``rows`` are the rows running at each LSTM step (the batch's rows still inside their sentence, so they
+    shrink as sentences end), ``distinct`` the distinct words."""
+    counts = sorted(Counter(rows).items())
     return {
-        "LSTM input": ((2, steps, p, 4 * d), 2, 2),  # per layer, all packed steps at once
-        "LSTM recurrent": ((2, batch, p, 4 * d), 2 * steps // batch, 2),  # per layer and step
-        "LSTM projection": ((2, batch, d, p), 2 * steps // batch, 2),
-        "highway": ((1, distinct, filters, filters), 4, 4),
-        "token projection": ((1, distinct, filters, p), 1, 1),
+        "LSTM input": [((2, sum(rows), p, 4 * d), 2, 2)],  # per layer, all packed steps at once
+        "LSTM recurrent": [((2, n, p, 4 * d), 2 * calls, 2) for n, calls in counts],  # per layer and step
+        "LSTM projection": [((2, n, d, p), 2 * calls, 2) for n, calls in counts],
+        "highway": [((1, distinct, filters, filters), 4, 4)],
+        "token projection": [((1, distinct, filters, p), 1, 1)],
     }
 
 
 def measure_ceiling(spec: dict) -> dict:
-    """GFLOP/s of the matrix products at each of the model's shapes (``product_shapes``), and the combined rate:
-    all the products' work over their summed time. Per shape, the best of the kernels the package can use:
-    ``torch.bmm`` and oneDNN's prepacked products (``_PrepackedWeights``, float32 and bfloat16), the int8 products
-    (``linear_dynamic``). The plain ``bmm`` rates are kept too (``plain``), as the ceiling before prepacking.
+    """GFLOP/s of the matrix products at the model's own shapes (``product_shapes``): per kind of product, and
+    combined (all the products' work over their summed time). Per shape, the best of the kernels the package can
+    use: ``torch.bmm`` and oneDNN's prepacked products (``_PrepackedWeights``, float32 and bfloat16), the int8
+    products (``linear_dynamic``). The plain ``bmm`` rates are kept too (``plain``), the ceiling without prepacking.
 
     Each shape cycles through as many different weights as the model has of it (one per layer), so that the
     weights come from memory as they do in the model, not from a cache that holds one layer's weights."""
@@ -419,53 +424,53 @@ def measure_ceiling(spec: dict) -> dict:
             samples.append((time.perf_counter() - start) / layers)
         return statistics.median(samples)
 
+    def kernels(mode: str, entries: list) -> list:
+        """One kind of product's weights, as each kernel takes them: [(name, run(a) -> outputs), ...]."""
+        (groups, rows, inner, outer), _, layers = entries[0]
+        weights = [torch.randn(groups, inner, outer) / inner**0.5 for _ in range(layers)]
+        if mode == "int8":
+            packed = [[_pack(w[g].t()) for g in range(groups)] for w in weights]
+            return [("best", lambda a: [_linear(a[g], each[g]) for each in packed for g in range(groups)])]
+        dtype = getattr(torch, mode)
+        weights = [w.to(dtype) for w in weights]
+        found = [("plain", lambda a: [torch.bmm(a, w) for w in weights])]
+        if _PrepackedWeights.supported(dtype):
+            linear, most = torch.ops.mkldnn._linear_pointwise, max(shape[1] for shape, _, _ in entries)
+            packed = [
+                [torch.ops.mkldnn._reorder_linear_weight(w[g].t().contiguous(), most) for g in range(groups)]
+                for w in weights
+            ]
+            found.append(
+                (
+                    "prepacked",
+                    lambda a: [linear(a[g], each[g], None, "none", [], "") for each in packed for g in range(groups)],
+                )
+            )
+        return found
+
     result = {}
     for mode in MODES:
         best, plain = {}, {}
-        for name, ((groups, rows, inner, outer), _, layers) in product_shapes(**spec).items():
-            a = torch.randn(groups, rows, inner)
-            weights = [torch.randn(groups, inner, outer) / inner**0.5 for _ in range(layers)]
-            if mode == "int8":
-                packed = [[_pack(w[g].t()) for g in range(groups)] for w in weights]
-
-                def run(a=a, packed=packed):
-                    return [_linear(a[g], each[g]) for each in packed for g in range(len(each))]
-
-                best[name] = median_seconds(run, layers)
-                continue
-            dtype = getattr(torch, mode)
-            a, weights = a.to(dtype), [w.to(dtype) for w in weights]
-
-            def run(a=a, weights=weights):
-                return [torch.bmm(a, w) for w in weights]
-
-            plain[name] = best[name] = median_seconds(run, layers)
-            if _PrepackedWeights.supported(dtype):
-                prepacked = [
-                    [torch.ops.mkldnn._reorder_linear_weight(w[g].t().contiguous(), rows) for g in range(groups)]
-                    for w in weights
-                ]
-
-                def run(a=a, prepacked=prepacked):
-                    linear = torch.ops.mkldnn._linear_pointwise
-                    return [linear(a[g], each[g], None, "none", [], "") for each in prepacked for g in range(len(each))]
-
-                best[name] = min(best[name], median_seconds(run, layers))
-        result[mode] = _rates(spec, best)
+        for name, entries in product_shapes(spec["rows"], spec["distinct"]).items():
+            found = kernels(mode, entries)
+            for shape, calls, layers in entries:
+                a = torch.randn(*shape[:3]).to(torch.float32 if mode == "int8" else getattr(torch, mode))
+                times = {kernel: median_seconds(lambda run=run, a=a: run(a), layers) for kernel, run in found}
+                work = 2 * math.prod(shape) * calls
+                best.setdefault(name, []).append((work, min(times.values()) * calls))
+                if "plain" in times:
+                    plain.setdefault(name, []).append((work, times["plain"] * calls))
+        result[mode] = _rates(best)
         if plain:
-            result[mode]["plain"] = _rates(spec, plain)
+            result[mode]["plain"] = _rates(plain)
     return result
 
 
-def _rates(spec: dict, seconds: dict[str, float]) -> dict:
-    """GFLOP/s per shape, and combined (each shape weighed by its calls), from seconds per call."""
-    rates, total_macs, total_time = {}, 0.0, 0.0
-    for name, ((groups, rows, inner, outer), calls, _) in product_shapes(**spec).items():
-        macs = groups * rows * inner * outer
-        rates[name] = 2 * macs / seconds[name] / 1e9
-        total_macs += macs * calls
-        total_time += seconds[name] * calls
-    return {"shapes": rates, "combined": 2 * total_macs / total_time / 1e9}
+def _rates(measured: dict[str, list[tuple[float, float]]]) -> dict:
+    """GFLOP/s per kind of product and combined, from its shapes' (FLOP, seconds) per batch."""
+    rates = {name: sum(w for w, _ in each) / sum(t for _, t in each) / 1e9 for name, each in measured.items()}
+    work = sum(w for each in measured.values() for w, _ in each)
+    return {"shapes": rates, "combined": work / sum(t for each in measured.values() for _, t in each) / 1e9}
 
 
 def useful_gflop(batches: list[list[list[str]]], p: int = 512, d: int = 4096, filters: int = 2048) -> float:
@@ -520,12 +525,15 @@ def compare_with_allennlp(args) -> None:
     for batch in rows:
         first = sentences if batch > 1 else sentences[:1]
         distinct = len({w for s in first for w in s}) + 2
-        shape = {"batch": batch, "steps": sum(len(s) + 2 for s in first), "distinct": distinct}
-        ceiling[batch] = _run_json(ours, {**common, "ceiling": shape}, work_dir)
-    print("\nMatrix-product rates at the model's shapes (GFLOP/s; the combined rate weighs each shape by its work);")
-    print("the best kernel per shape (the ceiling), and plain `torch.bmm` (the ceiling before prepacked weights):")
-    print("| batch | precision | kernel | " + " | ".join(product_shapes(1, 1, 1)) + " | combined |")
-    print("|---|---|---|" + "---|" * (len(product_shapes(1, 1, 1)) + 1))
+        steps = [len(s) + 2 for s in first]  # with <S> and </S>
+        rows = [sum(n > t for n in steps) for t in range(max(steps))]  # rows still running at each step
+        ceiling[batch] = _run_json(ours, {**common, "ceiling": {"rows": rows, "distinct": distinct}}, work_dir)
+    print("\nMatrix-product rates at the model's own shapes for the first batch (GFLOP/s): each LSTM step's products")
+    print("with the rows still running at that step; the combined rate is all the work over the summed time. The best")
+    print("kernel per shape (the ceiling), and plain `torch.bmm` (the ceiling without prepacked weights):")
+    kinds = list(product_shapes([1], 1))
+    print("| batch | precision | kernel | " + " | ".join(kinds) + " | combined |")
+    print("|---|---|---|" + "---|" * (len(kinds) + 1))
     for batch, by_mode in ceiling.items():
         for mode, rates in by_mode.items():
             for kernel, each in (("best", rates), ("plain bmm", rates.get("plain"))):
