@@ -35,4 +35,4 @@ def test_quickstart_notebook_runs(tmp_path):
     except ImportError:
         pass
     else:
-        assert images, "the bank comparison should be plotted when matplotlib is installed"
+        assert images, 'the "record" comparison should be plotted when matplotlib is installed'
