@@ -497,6 +497,29 @@ def test_empty_staging_folder_of_a_dead_process_is_removed(tmp_path: Path):
     assert remove_stale_staging(tmp_path / "out") == [empty] and not empty.exists()
 
 
+@pytest.mark.parametrize("written", [0, 5], ids=["empty-marker", "cut-marker"])
+def test_staging_folder_killed_while_marking_is_removed(tmp_path: Path, written: int):
+    """Killed while writing its marker (seen under load in CI): the folder holds only the start of the marker."""
+    from modeling_elmo.commands.convert import _MARKER
+
+    folder = tmp_path / f".out.partial-{DEAD_PID}-abcd"
+    folder.mkdir()
+    (folder / _MARKER).write_text((folder.name + "\n")[:written], encoding="utf-8")
+    assert remove_stale_staging(tmp_path / "out") == [folder] and not folder.exists()
+
+
+@pytest.mark.parametrize("content", ["not the marker", None], ids=["other-text", "other-file-too"])
+def test_folder_with_a_foreign_marker_is_kept(tmp_path: Path, content: str | None):
+    from modeling_elmo.commands.convert import _MARKER
+
+    folder = tmp_path / f".out.partial-{DEAD_PID}-abcd"
+    folder.mkdir()
+    (folder / _MARKER).write_text(content or "", encoding="utf-8")
+    if content is None:
+        (folder / "notes.txt").write_text("mine")
+    assert remove_stale_staging(tmp_path / "out") == [] and (folder / _MARKER).exists()
+
+
 def test_marked_staging_folder_of_a_dead_process_is_removed(tmp_path: Path):
     from modeling_elmo.commands.convert import _make_staging
 

@@ -451,6 +451,17 @@ def _is_marked(folder: Path) -> bool:
         return False
 
 
+def _is_half_marked(folder: Path) -> bool:
+    """Whether ``folder`` holds nothing but a marker file cut short by a kill while [`_make_staging`] wrote it."""
+    marker = folder / _MARKER
+    try:
+        if [p.name for p in folder.iterdir()] != [_MARKER] or marker.is_symlink() or not marker.is_file():
+            return False
+        return (folder.name + "\n").startswith(marker.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where that is not available."""
     if _fault("no-exchange") or not sys.platform.startswith("linux"):
@@ -539,8 +550,11 @@ def remove_stale_staging(output_dir: str | os.PathLike) -> list[Path]:
         if not pid.isdigit() or path.is_symlink() or not path.is_dir() or _pid_alive(int(pid)):
             continue
         if not _is_marked(path):
-            # Empty: killed between creating and marking it; removing an empty folder loses nothing.
+            # Killed between creating and marking it: empty, or holding only the start of its marker. Removing
+            # that loses nothing; any other unmarked folder is a user's.
             with contextlib.suppress(OSError):
+                if _is_half_marked(path):
+                    (path / _MARKER).unlink()
                 path.rmdir()
                 removed.append(path)
             continue
