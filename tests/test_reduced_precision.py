@@ -20,15 +20,22 @@ from helpers import TINY
 from modeling_elmo import ElmoConfig, ElmoLstmState, ElmoModel, ElmoTokenizer
 from modeling_elmo.commands import cli
 from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
-from modeling_elmo.utils.quantize_elmo import Int8BiLstmLayer, Int8Linear, quantize_int8
+from modeling_elmo.utils.quantize_elmo import Int8BiLstmLayer, Int8Linear, needs_reduced_range, quantize_int8
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 # Minimum cosine of every word vector of every layer to float32, with margin over what was measured (AMD EPYC,
 # torch 2.13): bfloat16 0.99990 on the fixture and 0.99997 on the tiny model; int8 0.99914 on the fixture and
-# 0.99988 on the tiny model (0.9995 with the kernels limited to AVX2, where activations are 7-bit).
+# 0.99988 on the tiny model (0.9995 with the kernels limited to AVX2, where activations are 7-bit). On an AMD EPYC
+# without VNNI (AVX2 only), whose int8 kernel needs 7-bit activations: int8 0.99644 on the fixture.
 BF16_MIN_COSINE = 0.9995
 INT8_MIN_COSINE = 0.998
+INT8_7BIT_MIN_COSINE = 0.995
+
+
+def int8_min_cosine() -> float:
+    """The stated int8 tolerance for this CPU: lower where its kernel needs 7-bit activations (no VNNI)."""
+    return INT8_7BIT_MIN_COSINE if needs_reduced_range() else INT8_MIN_COSINE
 
 
 TOKENIZER = ElmoTokenizer()
@@ -119,14 +126,14 @@ def test_int8_agrees_with_float32_on_the_fixture(converted_fixture, fixture_dir)
     # No float LSTM kernels are left: the int8 ones replace them.
     names = [name for name, _ in model.named_parameters()]
     assert not any(name.endswith(("input_kernel", "state_kernel", "projection")) for name in names)
-    assert min(min_cosines(layers_of(model, sentences), reference)) >= INT8_MIN_COSINE
+    assert min(min_cosines(layers_of(model, sentences), reference)) >= int8_min_cosine()
 
 
 def test_int8_agrees_with_float32_on_the_tiny_model():
     model = tiny_model()
     reference = layers_of(model, SENTENCES)
     cosines = min_cosines(layers_of(quantize_int8(copy.deepcopy(model)), SENTENCES), reference)
-    assert min(cosines) >= INT8_MIN_COSINE
+    assert min(cosines) >= int8_min_cosine()
 
 
 def test_quantize_int8_refuses_what_it_cannot_quantize():
