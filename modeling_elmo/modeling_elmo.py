@@ -144,17 +144,22 @@ class _PrepackedWeights:
 
     _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    def __init__(self, weights: Sequence[torch.Tensor]):
+    def __init__(self, weights: Sequence[torch.Tensor], min_elements: int):
         # Aliases of the packed weights keep their memory alive, so an address seen again is the same tensor.
         self.sources = [w.detach() for w in weights]
         self.versions = [w._version for w in weights]
-        # Per weight ``(2, in, out)``, per direction the ``(out, in)`` weight in oneDNN's layout.
+        # Per weight ``(2, in, out)``, per direction the ``(out, in)`` weight in oneDNN's layout; ``None`` for a
+        # weight below ``min_elements`` per direction, which the plain product serves faster.
         self.packed = [
-            [torch.ops.mkldnn._reorder_linear_weight(w[k].t().contiguous(), 32) for k in range(2)] for w in self.sources
+            [torch.ops.mkldnn._reorder_linear_weight(w[k].t().contiguous(), 32) for k in range(2)]
+            if w[0].numel() >= min_elements
+            else None
+            for w in self.sources
         ]
+        self.min_elements = min_elements
 
-    def current(self, weights: Sequence[torch.Tensor]) -> bool:
-        return all(
+    def current(self, weights: Sequence[torch.Tensor], min_elements: int) -> bool:
+        return min_elements == self.min_elements and all(
             s.data_ptr() == w.data_ptr() and s.dtype == w.dtype and v == w._version
             for s, v, w in zip(self.sources, self.versions, weights, strict=True)
         )
@@ -170,11 +175,11 @@ class _PrepackedWeights:
         return dtype == torch.float32
 
     @classmethod
-    def of(cls, layer: nn.Module, weights: Sequence[torch.Tensor]) -> _PrepackedWeights:
+    def of(cls, layer: nn.Module, weights: Sequence[torch.Tensor], min_elements: int) -> _PrepackedWeights:
         packed = cls._cache.get(layer)
-        if packed is None or not packed.current(weights):
+        if packed is None or not packed.current(weights, min_elements):
             cls._cache.pop(layer, None)  # free the old copies before making new ones
-            packed = cls._cache[layer] = cls(weights)
+            packed = cls._cache[layer] = cls(weights, min_elements)
         return packed
 
 
@@ -219,23 +224,28 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
 
     # The three matrix products of a step. Subclasses change how they are computed (the int8 layer of
     # ``modeling_elmo.utils.quantize_elmo``); the recurrence in ``forward`` stays the same. On the CPU, without
-    # autograd, they use prepacked weights (see [`_PrepackedWeights`]; ``use_prepacked_weights = False`` turns it off).
+    # autograd, they use prepacked weights (see [`_PrepackedWeights`]; ``use_prepacked_weights = False`` turns it off)
+    # for weights of at least ``prepack_min_elements`` per direction: below that (the LSTMs smaller than
+    # 2x2048_256), oneDNN's per-call overhead costs more than the re-layout it saves.
 
     use_prepacked_weights: bool = True
+    prepack_min_elements: int = 1 << 20
 
-    def prepacked(self, x: torch.Tensor) -> list[list[torch.Tensor]] | None:
-        """Prepacked ``input_kernel``, ``state_kernel`` and ``projection`` for a product with ``x``, or ``None``
-        where the plain product runs: off the CPU, with gradients to compute, or without oneDNN for the dtype."""
+    def prepacked(self, x: torch.Tensor, weight: int) -> list[torch.Tensor] | None:
+        """The prepacked ``input_kernel`` (``weight=0``), ``state_kernel`` (1) or ``projection`` (2), one per direction,
+        for a product with ``x``; ``None`` where the plain product runs: off the CPU, with gradients to compute,
+        without oneDNN for the dtype, or for a weight below ``prepack_min_elements``."""
         weights = (self.input_kernel, self.state_kernel, self.projection)
         if (
             not self.use_prepacked_weights
             or x.device.type != "cpu"
             or x.dtype != self.input_kernel.dtype
+            or weights[weight][0].numel() < self.prepack_min_elements
             or (torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights)))
             or not _PrepackedWeights.supported(x.dtype)
         ):
             return None
-        return _PrepackedWeights.of(self, weights).packed
+        return _PrepackedWeights.of(self, weights, self.prepack_min_elements).packed[weight]
 
     def gate_bias(self) -> torch.Tensor:
         """``B`` plus the forget bias 1, ``(2, 4D)``, in the weights' dtype."""
@@ -244,28 +254,26 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
 
     def input_gates(self, inputs: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """``inputs (2, n, P) @ input_kernel + bias`` -> ``(2, n, 4D)``."""
-        packed = self.prepacked(inputs)
+        packed = self.prepacked(inputs, 0)
         if packed is not None:
             linear = torch.ops.mkldnn._linear_pointwise
-            return torch.stack(
-                [linear(inputs[k].contiguous(), packed[0][k], bias[k], "none", [], "") for k in range(2)]
-            )
+            return torch.stack([linear(inputs[k].contiguous(), packed[k], bias[k], "none", [], "") for k in range(2)])
         return torch.baddbmm(bias.unsqueeze(1), inputs, self.input_kernel)
 
     def add_state_gates(self, input_gates: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """``input_gates (2, n, 4D) + h (2, n, P) @ state_kernel`` -> ``(2, n, 4D)``."""
-        packed = self.prepacked(h)
+        packed = self.prepacked(h, 1)
         if packed is not None:  # the sum fused into the product
             add = torch.ops.mkldnn._linear_pointwise.binary
-            return torch.stack([add(h[k], input_gates[k].contiguous(), packed[1][k], None, "add") for k in range(2)])
+            return torch.stack([add(h[k], input_gates[k].contiguous(), packed[k], None, "add") for k in range(2)])
         return torch.baddbmm(input_gates, h, self.state_kernel)
 
     def project(self, memory: torch.Tensor) -> torch.Tensor:
         """``memory (2, n, D) @ projection`` -> ``h (2, n, P)`` in the weights' dtype."""
         memory = memory.to(self.projection.dtype)
-        packed = self.prepacked(memory)
+        packed = self.prepacked(memory, 2)
         if packed is not None:
-            return _packed_product(memory, packed[2])
+            return _packed_product(memory, packed)
         return torch.bmm(memory, self.projection)
 
     @staticmethod

@@ -19,6 +19,12 @@ pytestmark = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def prepack_any_size(monkeypatch):
+    """The tiny model's weights are far below the size where prepacking starts to pay: pack them anyway."""
+    monkeypatch.setattr(ElmoBiLstmLayer, "prepack_min_elements", 0)
+
+
 @pytest.fixture
 def model() -> ElmoModel:
     torch.manual_seed(0)
@@ -109,3 +115,20 @@ def test_copies_do_not_carry_the_packed_weights(model, batch):
         assert _packed_layers(twin) == 0
         torch.testing.assert_close(_run(twin, batch, prepacked=True), _run(model, batch, prepacked=False))
     assert not any("packed" in key for key in model.state_dict())
+
+
+def test_only_weights_of_the_minimum_size_are_prepacked(model, batch, monkeypatch):
+    # Per direction: input and state kernels 8 x 64 = 512 elements, the projection 16 x 8 = 128.
+    monkeypatch.setattr(ElmoBiLstmLayer, "prepack_min_elements", 200)
+    with torch.no_grad():
+        packed = _run(model, batch, prepacked=True)
+        plain = _run(model, batch, prepacked=False)
+    for layer in _layers(model):
+        assert [w is not None for w in _PrepackedWeights._cache[layer].packed] == [True, True, False]
+        assert layer.prepacked(torch.zeros(2, 1, 8), 2) is None
+    torch.testing.assert_close(packed, plain, atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(ElmoBiLstmLayer, "prepack_min_elements", 1 << 20)  # the default: nothing this small
+    _PrepackedWeights._cache.clear()
+    with torch.no_grad():
+        _run(model, batch, prepacked=True)
+    assert _packed_layers(model) == 0
