@@ -29,11 +29,20 @@ matrix units, the matrix-product rates measured at the model's own shapes (the c
 median words/s, the ratio to AllenNLP and the fraction of the ceiling reached.
 
     python benchmarks/bench_inference.py --allennlp_python /work/refenv-allennlp/bin/python
+
+With ``--embed_sweep`` it times ``embed_corpus`` (what ``elmo embed`` runs, ``--output_type elmo``) on the first
+``--corpus_sentences`` WikiText-2 sentences in file order, for a few ``batch_size``/``max_batch_words`` pairs
+(default 32/2048, 64/4096, 128/8192), in float32 and bfloat16 (``--modes``): words/s (median of interleaved passes after
+warm-up), and the peak resident set of one pass in a child process (after a warm-up pass).
+
+    python benchmarks/bench_inference.py --embed_sweep --corpus_sentences 200 --repeats 3
+    python benchmarks/bench_inference.py --embed_sweep 64/4096 96/6144 --modes float32
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import gc
 import json
 import math
@@ -54,7 +63,7 @@ from pathlib import Path
 
 import torch
 
-from modeling_elmo import ElmoConfig, ElmoModel
+from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.characters import word_to_char_ids
 from modeling_elmo.utils.reference_elmo import reference_forward
 
@@ -234,10 +243,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory measurement")
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 repeats: a quick check that it runs")
     parser.add_argument("--allennlp_python", help="the AllenNLP reference environment's python: compare with it")
-    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=list(MODES), help="with --allennlp_python")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=list(MODES),
+        help="with --allennlp_python (default: all) or --embed_sweep (default: float32 bfloat16)",
+    )
     parser.add_argument("--rounds", type=int, default=3, help="alternating process pairs per row (--allennlp_python)")
     parser.add_argument(
-        "--corpus_sentences", type=int, default=400, help="WikiText-2 sentences for the corpus rows (0: none)"
+        "--corpus_sentences", type=int, default=400, help="WikiText-2 sentences for the corpus rows and --embed_sweep"
+    )
+    parser.add_argument(
+        "--embed_sweep",
+        nargs="*",
+        metavar="BATCH/WORDS",
+        help=f"time embed_corpus at these batch_size/max_batch_words pairs (default: {' '.join(EMBED_SWEEP)})",
     )
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "elmo-bench-allennlp"))
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one timed process of ours
@@ -245,10 +265,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         return _our_worker(args.worker)
     if args.allennlp_python:
+        args.modes = args.modes or list(MODES)
         return compare_with_allennlp(args)
     if args.smoke:
         args.sizes, args.batch_sizes, args.repeats, args.plain, args.no_memory = ["tiny"], [4], 2, True, True
         args.min_words, args.max_words = 3, 8
+    if args.embed_sweep is not None:
+        return embed_sweep(args)
     torch.set_num_threads(args.threads)
     vocab = make_vocab()
     paths = ["common", "fast", "fast+cache"] + (["plain"] if args.plain else [])
@@ -296,9 +319,11 @@ def main(argv: list[str] | None = None) -> None:
 
 HERE = Path(__file__).resolve().parent
 ALLENNLP_DIR = HERE.parent.parent / "shared" / "tools" / "allennlp"
-WIKITEXT = HERE.parent.parent / "shared" / "data" / "wikitext-2" / "test.txt"
+# Read in this order: 9,364 sentences in test.txt, then 8,057 in valid.txt (17,421 in all, of 1 word or more).
+WIKITEXT_FILES = [HERE.parent.parent / "shared" / "data" / "wikitext-2" / name for name in ("test.txt", "valid.txt")]
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 MODES = ("float32", "bfloat16", "int8")
+EMBED_SWEEP = ("32/2048", "64/4096", "128/8192")  # --embed_sweep's batch_size/max_batch_words pairs
 MATRIX_UNITS = ("amx_tile", "amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx512f")
 
 
@@ -334,17 +359,29 @@ def original_model(work_dir: Path) -> tuple[Path, Path, Path]:
 
 
 def wikitext_sentences(count: int, min_words: int, max_words: int, skip: int = 0) -> list[list[str]]:
-    """``count`` sentences of ``min_words``-``max_words`` words of WikiText-2's test set (lines cut at `` . ``)."""
+    """``count`` sentences of ``min_words``-``max_words`` words of WikiText-2's test set, then its validation set
+    (lines cut at `` . ``), after the first ``skip``. Fewer than ``count`` exist: a note on stderr, and those; none,
+    or a missing file: an error."""
     found = []
-    for line in WIKITEXT.read_text(encoding="utf-8").splitlines():
-        if not line.strip() or line.strip().startswith("="):
-            continue
-        for sentence in line.split(" . "):
-            words = sentence.split()
-            if min_words <= len(words) <= max_words:
-                found.append(words)
-                if len(found) == skip + count:
-                    return found[skip:]
+    for path in WIKITEXT_FILES:
+        if not path.is_file():
+            raise SystemExit(f"error: {path} not found (WikiText-2's raw test.txt and valid.txt are read from there)")
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip() or line.strip().startswith("="):
+                continue
+            for sentence in line.split(" . "):
+                words = sentence.split()
+                if min_words <= len(words) <= max_words:
+                    found.append(words)
+                    if len(found) == skip + count:
+                        return found[skip:]
+    have = max(0, len(found) - skip)
+    where = f"WikiText-2's {' and '.join(p.name for p in WIKITEXT_FILES)} hold {have}"
+    if skip:
+        where += f" (after the first {skip})"
+    if not have:
+        raise SystemExit(f"error: {where} sentences of {min_words}-{max_words} words")
+    print(f"note: {where} sentences of {min_words}-{max_words} words, not {count}: using those", file=sys.stderr)
     return found[skip:]
 
 
@@ -616,6 +653,106 @@ def compare_with_allennlp(args) -> None:
                 f"| {mode} | {full:.0f} ({net:.0f} net) | {theirs_full:.0f} ({theirs_net:.0f} net) "
                 f"| {full / theirs_full:.1f}x | {net / theirs_net:.1f}x |"
             )
+    print(f"# load after: {os.getloadavg()}")
+
+
+# ---------------------------------------------------------------------- embed_corpus's batch sizes (--embed_sweep)
+
+
+def _embed(model: ElmoModel, tokenizer, sentences: list[list[str]], batch_size: int, max_batch_words: int) -> None:
+    """One pass of ``embed_corpus`` over ``sentences`` (word lists), with ``elmo embed``'s ``--output_type elmo``:
+    each sentence's ``(words, 2P)`` array is computed and copied to a numpy array, then dropped."""
+    from modeling_elmo.utils.embedding_elmo import embed_corpus
+
+    for _ in embed_corpus(
+        model, tokenizer, sentences, output="elmo", batch_size=batch_size, max_batch_words=max_batch_words,
+        progress=False,
+    ):  # fmt: skip
+        pass
+
+
+def _in_mode(model: ElmoModel, mode: str) -> ElmoModel:
+    """``model`` (float32) for ``--embed_sweep`` in ``mode``: itself, a bfloat16 copy or an int8 copy."""
+    if mode == "bfloat16":
+        return copy.deepcopy(model).to(torch.bfloat16)
+    if mode == "int8":
+        from modeling_elmo.utils.quantize_elmo import quantize_int8
+
+        return quantize_int8(copy.deepcopy(model))
+    return model
+
+
+def _embed_peak_child(queue, size: str, mode: str, pair: tuple[int, int], sentences, threads: int) -> None:
+    """Peak RSS (MiB) of one ``_embed`` pass, sampled every millisecond, and its level before the pass (the
+    model, its prepacked weights and the allocator's pools after a one-batch warm-up pass)."""
+    torch.set_num_threads(threads)
+    model, tokenizer = _in_mode(build_model(size, "cpu"), mode), ElmoTokenizer()
+    _embed(model, tokenizer, sentences[: pair[0]], *pair)  # warm-up: prepacked weights, oneDNN's kernels
+    gc.collect()
+    base = peak = _rss_mib()
+    worker = threading.Thread(target=_embed, args=(model, tokenizer, sentences, *pair))
+    worker.start()
+    while worker.is_alive():
+        peak = max(peak, _rss_mib())
+        time.sleep(0.001)
+    queue.put((peak, base))
+
+
+def embed_sweep(args) -> None:
+    """``embed_corpus``'s words/s and peak RSS at each ``--embed_sweep`` pair (see the module's docstring);
+    prints a markdown table per model size."""
+    from modeling_elmo.utils.embedding_elmo import _batches
+
+    pairs = [tuple(int(n) for n in pair.split("/")) for pair in (args.embed_sweep or EMBED_SWEEP)]
+    modes = args.modes or ["float32", "bfloat16"]
+    sentences = wikitext_sentences(args.corpus_sentences, 1, 10_000)
+    lengths = [len(s) for s in sentences]
+    words = sum(lengths)
+    torch.set_num_threads(args.threads)
+    print(f"# CPU: {cpu_description()}")
+    print(f"# torch {torch.__version__}, {args.threads} threads, device {args.device}; load before: {os.getloadavg()}")
+    print(
+        f"# embed_corpus(output='elmo') on the first {len(sentences)} WikiText-2 sentences ({words} words, "
+        f"{min(lengths)}-{max(lengths)} each, file order; chunk_size 4096), random weights; words/s: median "
+        f"(min-max) of {args.repeats} interleaved passes after {args.warmup} warm-up"
+    )
+    print("| size | precision | batch_size / max_batch_words | batches | words/s | min-max | vs first | peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for size in args.sizes:
+        base = build_model(size, args.device)
+        models = {mode: _in_mode(base, mode) for mode in modes}
+        tokenizer = ElmoTokenizer()
+        times = {(mode, pair): [] for mode in modes for pair in pairs}
+        for repeat in range(args.warmup + args.repeats):
+            for mode, pair in times:  # interleaved, so that the machine's load hits every setting alike
+                start = time.perf_counter()
+                _embed(models[mode], tokenizer, sentences, *pair)
+                if repeat >= args.warmup:
+                    times[mode, pair].append(time.perf_counter() - start)
+        for mode in modes:
+            first = None
+            for pair in pairs:
+                rate = words / statistics.median(times[mode, pair])
+                first = first or rate
+                slowest, fastest = words / max(times[mode, pair]), words / min(times[mode, pair])
+                memory = "-"
+                if not args.no_memory and args.device == "cpu":
+                    ctx = mp.get_context("spawn")
+                    queue = ctx.Queue()
+                    child = ctx.Process(
+                        target=_embed_peak_child, args=(queue, size, mode, pair, sentences, args.threads)
+                    )
+                    child.start()
+                    child.join()
+                    if child.exitcode == 0:
+                        peak, before = queue.get()
+                        memory = f"{peak:.0f} (+{peak - before:.0f} over the model)"
+                batches = len(list(_batches(lengths, *pair)))
+                print(
+                    f"| {size} | {mode} | {pair[0]} / {pair[1]} | {batches} | {rate:.0f} | {slowest:.0f}-{fastest:.0f} "
+                    f"| {rate / first:.2f}x | {memory} |",
+                    flush=True,
+                )
     print(f"# load after: {os.getloadavg()}")
 
 

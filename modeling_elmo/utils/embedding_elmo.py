@@ -66,8 +66,8 @@ def embed_corpus(
     tokenizer,
     sentences: Iterable[str | list[str]],
     output: str = "all",
-    batch_size: int = 32,
-    max_batch_words: int = 2048,
+    batch_size: int = 64,
+    max_batch_words: int = 4096,
     chunk_size: int = 4096,
     is_split_into_words: bool | None = None,
     progress: bool = True,
@@ -88,15 +88,17 @@ def embed_corpus(
             mean of the ELMo vectors over the words (TF-Hub's ``default`` sentence vector; zeros for an empty
             sentence). The old names ``"layers"`` (= ``"all"``) and ``"mean"`` (= ``"sentence_mean"``) still
             work, with a ``FutureWarning``.
-        batch_size: most sentences per batch.
+        batch_size: most sentences per batch (the default is ``elmo embed``'s).
         max_batch_words: most padded word slots (sentences x longest sentence) per batch; a
-            longer sentence runs alone.
+            longer sentence runs alone. The memory of a batch grows with it: at the original size, float32,
+            the resident set rose by 390 MiB during a pass at 2048 or 4096 slots, 530 MiB at 8192
+            (``benchmarks/bench_inference.py --embed_sweep``).
         chunk_size: sentences read ahead and sorted by length together.
         is_split_into_words: whether items are word lists; guessed from the first item if ``None``.
         progress: show a progress bar (sentences).
         total: the number of sentences, for the progress bar, when ``sentences`` has no ``len``.
         ordered: yield in input order, which holds the outputs of a whole chunk (``chunk_size`` arrays,
-            about 1.2 GB for 4096 sentences of 25 words with the original model's ``layers``). ``False``
+            about 1.2 GiB for 4096 sentences of 25 words with the original model's ``"all"``). ``False``
             yields every batch's outputs when the batch is done: each index still comes exactly once, and a
             chunk is complete before the next one starts, but within a chunk the order is by length.
     """

@@ -1,0 +1,184 @@
+"""``embed_corpus``'s batching (issue 17): its defaults are ``elmo embed``'s, every split of a corpus into batches
+gives each sentence the vectors it gets alone, and ``bench_inference.py``'s WikiText-2 reader and ``--embed_sweep``.
+
+The reference is the model run on one sentence at a time (a batch of one: no padding, no length sorting), a path
+independent of ``embed_corpus``'s bucketing, chunking and row bookkeeping."""
+
+from __future__ import annotations
+
+import inspect
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from helpers import TINY
+
+from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from modeling_elmo.commands import cli
+from modeling_elmo.utils.embedding_elmo import _batches, embed_corpus
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+REPO = Path(__file__).resolve().parent.parent
+TOKENIZER = ElmoTokenizer()
+LONG = 70  # words of the long sentence: over the small word-slot limits below, so it runs alone
+
+
+def tiny_model() -> ElmoModel:
+    """The tiny biLM with clipping and large weights (the clips and the cell state act), eval mode."""
+    torch.manual_seed(0)
+    return ElmoModel(ElmoConfig(**TINY)).eval()
+
+
+def corpus(count: int = 150, seed: int = 5) -> list[list[str]]:
+    """``count`` word lists of 0-30 words (an empty one included), plus one of ``LONG`` words in the middle."""
+    rng = random.Random(seed)
+    vocab = ["the", "cat", "sat", "on", "mat", ".", "Ünïcode", "longerwordthanmost", "x", "1999", ","]
+    sentences = [[rng.choice(vocab) for _ in range(rng.randint(0, 30))] for _ in range(count)]
+    sentences[3] = []
+    sentences[count // 2] = [rng.choice(vocab) for _ in range(LONG)]
+    return sentences
+
+
+@torch.no_grad()
+def alone(model: ElmoModel, words: list[str]) -> np.ndarray:
+    """``(L + 1, words, 2P)``: the model's layers for ``words`` run as a batch of one sentence."""
+    if not words:
+        return np.zeros((model.config.n_layers + 1, 0, 2 * model.config.projection_dim), dtype=np.float32)
+    out = model(**TOKENIZER([words], is_split_into_words=True, return_tensors="pt"), output_hidden_states=True)
+    return torch.stack([h[0] for h in out.hidden_states]).numpy()
+
+
+@pytest.fixture(scope="module")
+def reference() -> tuple[ElmoModel, list[list[str]], list[np.ndarray]]:
+    """The tiny model, the corpus, and each sentence's layers computed alone (once for the module)."""
+    model, sentences = tiny_model(), corpus()
+    return model, sentences, [alone(model, words) for words in sentences]
+
+
+def test_embed_corpus_defaults_are_the_cli_defaults():
+    """``embed_corpus(batch_size=64, max_batch_words=4096)``, as ``elmo embed``'s ``--batch_size`` and
+    ``--max_batch_words`` (chosen with ``bench_inference.py --embed_sweep``; the function had 32/2048 before)."""
+    defaults = {name: p.default for name, p in inspect.signature(embed_corpus).parameters.items()}
+    args = cli.build_parser().parse_args(["embed", "corpus.txt"])
+    assert (defaults["batch_size"], defaults["max_batch_words"]) == (args.batch_size, args.max_batch_words)
+    assert (args.batch_size, args.max_batch_words) == (64, 4096)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},  # the defaults: 150 sentences make 3 batches, cut by the 64-sentence limit
+        {"batch_size": 7},  # many batches, cut by the sentence limit
+        {"max_batch_words": 40},  # cut by the word slots: short sentences together, the long one alone
+        {"batch_size": 5, "max_batch_words": 30, "chunk_size": 11},  # both limits, and chunks
+        {"batch_size": 1, "chunk_size": 1},  # every sentence alone
+    ],
+    ids=["defaults", "sentence-limit", "word-slots", "both-and-chunks", "one-by-one"],
+)
+@pytest.mark.parametrize("ordered", [True, False], ids=["ordered", "unordered"])
+def test_every_split_gives_each_sentence_its_vectors_alone(reference, settings, ordered):
+    """Each index comes exactly once (in input order when ``ordered``), with the arrays the model gives the
+    sentence alone, whatever the batches. The settings really split differently (checked on the batches)."""
+    model, sentences, expected = reference
+    lengths = [len(s) for s in sentences]
+    batch_size, max_batch_words = settings.get("batch_size", 64), settings.get("max_batch_words", 4096)
+    batches = list(_batches(lengths, batch_size, max_batch_words))
+    if "max_batch_words" in settings:  # the long sentence is over the word slots: it runs alone
+        assert [len(sentences) // 2] in batches
+    if not settings:
+        assert [len(b) for b in batches] == [64, 64, 22]
+
+    got = list(embed_corpus(model, TOKENIZER, sentences, progress=False, ordered=ordered, **settings))
+    indices = [i for i, _ in got]
+    assert sorted(indices) == list(range(len(sentences)))  # each exactly once
+    if ordered:
+        assert indices == list(range(len(sentences)))
+    for i, layers in got:
+        assert layers.dtype == np.float32 and layers.shape == expected[i].shape, (i, layers.shape, expected[i].shape)
+        np.testing.assert_allclose(layers, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_batches_keep_both_limits_and_take_every_sentence_once(seed):
+    """``_batches``: every index once, sorted by length across batches, at most ``batch_size`` sentences, and at
+    most ``max_batch_words`` padded slots unless one sentence alone is longer."""
+    rng = random.Random(seed)
+    lengths = [rng.choice([0, 1, 2, 5, 9, 17, 40, 120]) for _ in range(rng.randint(1, 300))]
+    batch_size, max_batch_words = rng.randint(1, 70), rng.randint(1, 500)
+    batches = list(_batches(lengths, batch_size, max_batch_words))
+    flat = [i for b in batches for i in b]
+    assert sorted(flat) == list(range(len(lengths)))
+    assert [lengths[i] for i in flat] == sorted(lengths)
+    for b in batches:
+        assert 1 <= len(b) <= batch_size
+        assert len(b) == 1 or len(b) * max(max(lengths[i] for i in b), 1) <= max_batch_words
+    for b, following in zip(batches, batches[1:], strict=False):  # a batch is cut only when the next one is needed
+        newcomer = max(lengths[following[0]], 1)
+        assert len(b) == batch_size or (len(b) + 1) * newcomer > max_batch_words
+
+
+# ------------------------------------------------------------------- benchmarks/bench_inference.py's corpus
+
+
+@pytest.fixture
+def bench(monkeypatch, tmp_path):
+    """``bench_inference`` reading a small WikiText-2 look-alike: test.txt (3 sentences), then valid.txt (2)."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import bench_inference
+
+    (tmp_path / "test.txt").write_text(
+        " = Title = \n\n one two three . four five \n\n = = Section = = \n six seven eight nine \n", encoding="utf-8"
+    )
+    (tmp_path / "valid.txt").write_text(" ten eleven . twelve \n", encoding="utf-8")
+    monkeypatch.setattr(bench_inference, "WIKITEXT_FILES", [tmp_path / "test.txt", tmp_path / "valid.txt"])
+    return bench_inference
+
+
+def test_wikitext_files_are_test_then_valid(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import bench_inference
+
+    assert [p.name for p in bench_inference.WIKITEXT_FILES] == ["test.txt", "valid.txt"]
+    assert {p.parent for p in bench_inference.WIKITEXT_FILES} == {REPO.parent / "shared" / "data" / "wikitext-2"}
+
+
+def test_wikitext_2_holds_17421_sentences(bench, monkeypatch, shared_data_dir, capsys):
+    """All of test.txt (9,364 sentences), then all of valid.txt (8,057): the most the corpus rows can have."""
+    folder = shared_data_dir / "wikitext-2"
+    monkeypatch.setattr(bench, "WIKITEXT_FILES", [folder / "test.txt", folder / "valid.txt"])
+    sentences = bench.wikitext_sentences(17_421, 1, 10_000)
+    assert len(sentences) == 17_421 and capsys.readouterr().err == ""
+    assert bench.wikitext_sentences(9_364, 1, 10_000)[-1] == sentences[9_363]
+    assert len(bench.wikitext_sentences(17_422, 1, 10_000)) == 17_421
+    assert "hold 17421 sentences of 1-10000 words, not 17422" in capsys.readouterr().err
+
+
+def test_wikitext_sentences_reads_test_then_valid_and_says_when_short(bench, capsys):
+    everything = [["one", "two", "three"], ["four", "five"], ["six", "seven", "eight", "nine"], ["ten", "eleven"]]
+    everything.append(["twelve"])
+    assert bench.wikitext_sentences(5, 1, 100) == everything
+    assert capsys.readouterr().err == ""
+    assert bench.wikitext_sentences(2, 2, 3, skip=1) == [["four", "five"], ["ten", "eleven"]]
+    assert bench.wikitext_sentences(9, 1, 100) == everything  # fewer than asked: those, and a note
+    err = capsys.readouterr().err
+    assert err.startswith("note: WikiText-2's test.txt and valid.txt hold 5 sentences of 1-100 words, not 9"), err
+    with pytest.raises(SystemExit, match="hold 0 sentences of 50-100 words"):
+        bench.wikitext_sentences(1, 50, 100)
+    bench.WIKITEXT_FILES[1].unlink()
+    with pytest.raises(SystemExit, match=r"valid\.txt not found"):
+        bench.wikitext_sentences(9, 1, 100)
+
+
+def test_embed_sweep_prints_a_row_per_setting(bench, capsys):
+    bench.main(["--embed_sweep", "4/16", "2/64", "--sizes", "tiny", "--corpus_sentences", "5", "--repeats", "1",
+                "--no-memory"])  # fmt: skip
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny |")]
+    assert [row.split(" | ")[1:4] for row in rows] == [
+        ["float32", "4 / 16", "2"],
+        ["float32", "2 / 64", "3"],
+        ["bfloat16", "4 / 16", "2"],
+        ["bfloat16", "2 / 64", "3"],
+    ]
