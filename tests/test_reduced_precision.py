@@ -207,3 +207,19 @@ def test_embed_dtype_and_quantize_reach_the_model(tiny_dir, tmp_path, capsys):
     assert code == 1
     assert "error: --quantize int8 quantizes a float32 model" in capsys.readouterr().err
     assert not (tmp_path / "x.hdf5").exists()
+
+
+@pytest.mark.parametrize("units", [False, True], ids=["without-units", "with-units"])
+def test_bfloat16_on_a_cpu_without_its_units_says_it_is_slower(tiny_dir, capsys, monkeypatch, units):
+    monkeypatch.setattr(cli, "_cpu_has_bfloat16_units", lambda: units)
+    _, model = cli.load_model(str(tiny_dir), torch.device("cpu"), "bfloat16")
+    assert model.dtype == torch.bfloat16  # a note, not a refusal
+    note = "no bfloat16 matrix units" in capsys.readouterr().err
+    assert note is not units
+    cli.load_model(str(tiny_dir), torch.device("cpu"))  # float32: nothing to say
+    assert "bfloat16" not in capsys.readouterr().err
+
+
+def test_bfloat16_units_probe_is_oneDNNs():
+    expected = not torch.backends.mkldnn.is_available() or torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert cli._cpu_has_bfloat16_units() == bool(expected)

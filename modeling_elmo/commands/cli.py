@@ -196,6 +196,15 @@ def resolve_device(name: str, local_rank: int = 0):
     return device
 
 
+def _cpu_has_bfloat16_units() -> bool:
+    """Whether oneDNN finds bfloat16 units on this CPU (AVX-512 BF16 or AMX; where torch has no oneDNN, assume so)."""
+    import torch
+
+    if not torch.backends.mkldnn.is_available():
+        return True
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
 def load_model(model: str | None, device, dtype: str = "float32", quantize: str | None = None):
     """Tokenizer and model (eval mode, on ``device``) from a folder or Hub id, or the demo model.
 
@@ -209,6 +218,12 @@ def load_model(model: str | None, device, dtype: str = "float32", quantize: str 
         raise CliError(f"--quantize {quantize} quantizes a float32 model: leave out --dtype {dtype}")
     if quantize is not None and torch.device(device).type != "cpu":
         raise CliError(f"--quantize {quantize} runs on CPU only: add --device cpu")
+    if dtype == "bfloat16" and torch.device(device).type == "cpu" and not _cpu_has_bfloat16_units():
+        print(
+            "note: this CPU has no bfloat16 matrix units (AVX-512 BF16 or AMX): --dtype bfloat16 runs several times "
+            "slower than float32 here; leave it out, or try --quantize int8",
+            file=sys.stderr,
+        )
     name = resolve_model(model)
     from transformers.utils import logging as hf_logging
 
