@@ -486,7 +486,7 @@ def measure_ceiling(spec: dict) -> dict:
         return found
 
     result = {}
-    for mode in MODES:
+    for mode in spec.get("modes", MODES):
         best, plain = {}, {}
         for name, entries in product_shapes(spec["rows"], spec["distinct"]).items():
             found = kernels(mode, entries)
@@ -563,8 +563,9 @@ def compare_with_allennlp(args) -> None:
         first = sentences if batch > 1 else sentences[:1]
         distinct = len({w for s in first for w in s}) + 2
         steps = [len(s) + 2 for s in first]  # with <S> and </S>
-        rows = [sum(n > t for n in steps) for t in range(max(steps))]  # rows still running at each step
-        ceiling[batch] = _run_json(ours, {**common, "ceiling": {"rows": rows, "distinct": distinct}}, work_dir)
+        running = [sum(n > t for n in steps) for t in range(max(steps))]  # rows still running at each step
+        shapes = {"rows": running, "distinct": distinct, "modes": args.modes}
+        ceiling[batch] = _run_json(ours, {**common, "ceiling": shapes}, work_dir)
     print("\nMatrix-product rates at the model's own shapes for the first batch (GFLOP/s): each LSTM step's products")
     print("with the rows still running at that step; the combined rate is all the work over the summed time. The best")
     print("kernel per shape (the ceiling), and plain `torch.bmm` (the ceiling without prepacked weights):")

@@ -23,6 +23,7 @@ pytestmark = [
 def prepack_any_size(monkeypatch):
     """The tiny model's weights are far below the size where prepacking starts to pay: pack them anyway."""
     monkeypatch.setattr(ElmoBiLstmLayer, "prepack_min_elements", 0)
+    monkeypatch.setattr(ElmoBiLstmLayer, "prepack_min_rows", 0)
 
 
 @pytest.fixture
@@ -132,3 +133,17 @@ def test_only_weights_of_the_minimum_size_are_prepacked(model, batch, monkeypatc
     with torch.no_grad():
         _run(model, batch, prepacked=True)
     assert _packed_layers(model) == 0
+
+
+def test_one_row_products_use_the_plain_kernel(model, monkeypatch):
+    monkeypatch.setattr(ElmoBiLstmLayer, "prepack_min_rows", 2)
+    layer = _layers(model)[0]
+    with torch.no_grad():
+        assert layer.prepacked(torch.zeros(2, 1, 8), 1) is None
+        assert layer.prepacked(torch.zeros(2, 2, 8), 1) is not None
+        one = torch.randint(1, 200, (1, 5, 50))
+        packed = model(input_ids=one, output_hidden_states=True).hidden_states
+        monkeypatch.setattr(ElmoBiLstmLayer, "use_prepacked_weights", False)
+        plain = model(input_ids=one, output_hidden_states=True).hidden_states
+    for a, b in zip(packed, plain, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)

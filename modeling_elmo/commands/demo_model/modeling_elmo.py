@@ -225,22 +225,26 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
     # The three matrix products of a step. Subclasses change how they are computed (the int8 layer of
     # ``modeling_elmo.utils.quantize_elmo``); the recurrence in ``forward`` stays the same. On the CPU, without
     # autograd, they use prepacked weights (see [`_PrepackedWeights`]; ``use_prepacked_weights = False`` turns it off)
-    # for weights of at least ``prepack_min_elements`` per direction: below that (the LSTMs smaller than
-    # 2x2048_256), oneDNN's per-call overhead costs more than the re-layout it saves.
+    # for weights of at least ``prepack_min_elements`` per direction and products of at least ``prepack_min_rows``
+    # rows: for smaller weights (the LSTMs smaller than 2x2048_256), oneDNN's per-call overhead costs more than the
+    # re-layout it saves, and a one-row product (a step of one sentence) ran 2x slower prepacked than with bmm.
 
     use_prepacked_weights: bool = True
     prepack_min_elements: int = 1 << 20
+    prepack_min_rows: int = 2
 
     def prepacked(self, x: torch.Tensor, weight: int) -> list[torch.Tensor] | None:
         """The prepacked ``input_kernel`` (``weight=0``), ``state_kernel`` (1) or ``projection`` (2), one per direction,
         for a product with ``x``; ``None`` where the plain product runs: off the CPU, with gradients to compute,
-        without oneDNN for the dtype, or for a weight below ``prepack_min_elements``."""
+        without oneDNN for the dtype, for a weight below ``prepack_min_elements`` or fewer than ``prepack_min_rows``
+        rows in ``x (2, rows, in)``."""
         weights = (self.input_kernel, self.state_kernel, self.projection)
         if (
             not self.use_prepacked_weights
             or x.device.type != "cpu"
             or x.dtype != self.input_kernel.dtype
             or weights[weight][0].numel() < self.prepack_min_elements
+            or x.shape[-2] < self.prepack_min_rows
             or (torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights)))
             or not _PrepackedWeights.supported(x.dtype)
         ):
