@@ -558,43 +558,40 @@ def compare_with_allennlp(args) -> None:
 
     sentences = wikitext_sentences(32, args.min_words, args.max_words)
     rows = {32: [sentences], 1: [[s] for s in sentences[:8]]}
-    ceiling = {}
+    shapes = {}
     for batch in rows:
         first = sentences if batch > 1 else sentences[:1]
-        distinct = len({w for s in first for w in s}) + 2
         steps = [len(s) + 2 for s in first]  # with <S> and </S>
-        running = [sum(n > t for n in steps) for t in range(max(steps))]  # rows still running at each step
-        shapes = {"rows": running, "distinct": distinct, "modes": args.modes}
-        ceiling[batch] = _run_json(ours, {**common, "ceiling": shapes}, work_dir)
-    print("\nMatrix-product rates at the model's own shapes for the first batch (GFLOP/s): each LSTM step's products")
-    print("with the rows still running at that step; the combined rate is all the work over the summed time. The best")
-    print("kernel per shape (the ceiling), and plain `torch.bmm` (the ceiling without prepacked weights):")
-    kinds = list(product_shapes([1], 1))
-    print("| batch | precision | kernel | " + " | ".join(kinds) + " | combined |")
-    print("|---|---|---|" + "---|" * (len(kinds) + 1))
-    for batch, by_mode in ceiling.items():
-        for mode, rates in by_mode.items():
-            for kernel, each in (("best", rates), ("plain bmm", rates.get("plain"))):
-                if each is not None:
-                    cells = " | ".join(f"{rate:.0f}" for rate in each["shapes"].values())
-                    print(f"| {batch} | {mode} | {kernel} | {cells} | {each['combined']:.0f} |")
+        shapes[batch] = {
+            "rows": [sum(n > t for n in steps) for t in range(max(steps))],  # rows still running at each step
+            "distinct": len({w for s in first for w in s}) + 2,
+            "modes": args.modes,
+        }
+
+    def faster(a: dict | None, b: dict) -> dict:
+        """Per mode, the ceiling measurement with the higher combined rate: the one less disturbed by the machine."""
+        return {m: b[m] if a is None or b[m]["combined"] > a[m]["combined"] else a[m] for m in b}
 
     print("\nFraction of ceiling: the products' work at the measured words/s over the best kernels' combined rate")
-    print("(in brackets: over plain `bmm`'s).")
+    print("(in brackets: over plain `bmm`'s); the ceiling is measured in every round, between the timed processes.")
     print("| mode | batch | this package, words/s | AllenNLP Elmo float32, words/s | ratio | fraction of ceiling |")
     print("|---|---|---|---|---|---|")
+    ceiling = {}
     for batch, batches in rows.items():
         words = sum(len(s) for b in batches for s in b)
         gflop = useful_gflop(batches)
         times = {mode: [] for mode in args.modes}
         times["allennlp"] = []
         dumps = {"allennlp": work_dir / "allennlp.npy", "float32": work_dir / "ours.npy"}
-        for _ in range(args.rounds):  # alternate: ours in each mode, then AllenNLP, and again
+        ceiling[batch] = None
+        for _ in range(args.rounds):  # alternate: ours in each mode, the ceiling, then AllenNLP, and again
             for mode in args.modes:
                 spec = {**common, "folder": str(folder), "mode": mode, "batches": batches}
                 if mode in dumps:  # only float32's first batch is compared with AllenNLP's
                     spec["dump"] = str(dumps[mode])
                 times[mode] += _run_json(ours, spec, work_dir)["times"]
+            measured = _run_json(ours, {**common, "ceiling": shapes[batch]}, work_dir)
+            ceiling[batch] = faster(ceiling[batch], measured)
             spec = {**common, **allennlp_spec, "batches": batches, "dump": str(dumps["allennlp"])}
             times["allennlp"] += _run_json(theirs, spec, work_dir)["times"]
         theirs_rate = words / statistics.median(times["allennlp"])
@@ -610,6 +607,20 @@ def compare_with_allennlp(args) -> None:
 
             a, b = np.load(dumps["float32"]), np.load(dumps["allennlp"])
             print(f"(float32, first batch: largest difference to AllenNLP's vectors {np.abs(a - b).max():.1e})")
+
+    print("\nMatrix-product rates at the model's own shapes for the first batch (GFLOP/s): each LSTM step's products")
+    print("with the rows still running at that step; the combined rate is all the work over the summed time. The best")
+    print("kernel per shape (the ceiling), and plain `torch.bmm` (the ceiling without prepacked weights); the fastest")
+    print("of the rounds' measurements:")
+    kinds = list(product_shapes([1], 1))
+    print("| batch | precision | kernel | " + " | ".join(kinds) + " | combined |")
+    print("|---|---|---|" + "---|" * (len(kinds) + 1))
+    for batch, by_mode in ceiling.items():
+        for mode, rates in by_mode.items():
+            for kernel, each in (("best", rates), ("plain bmm", rates.get("plain"))):
+                if each is not None:
+                    cells = " | ".join(f"{rate:.0f}" for rate in each["shapes"].values())
+                    print(f"| {batch} | {mode} | {kernel} | {cells} | {each['combined']:.0f} |")
 
     if args.corpus_sentences:
         corpus = work_dir / "corpus.txt"
