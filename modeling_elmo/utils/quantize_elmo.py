@@ -4,6 +4,7 @@
     from modeling_elmo.utils.quantize_elmo import quantize_int8
 
     model = quantize_int8(ElmoModel.from_pretrained("elmo-original").eval())   # CPU, float32 model, in place
+    tagger = quantize_int8(ElmoForTokenClassification.from_pretrained("my-tagger"))  # its biLM; the head stays
 
 What is quantized: the products that hold nearly all of the work and of the weights, the LSTMs' input, recurrent
 and projection products, and the highway and projection layers of the character encoder. Their weights are
@@ -16,6 +17,9 @@ The kernels are PyTorch's own (``torch.ops.quantized.linear_dynamic``, the backe
 ``torch.ao.nn.quantized.dynamic.Linear``: FBGEMM on x86, which uses AVX-512 VNNI or AVX2), so nothing beyond torch
 is needed. On a CPU without VNNI they still give the same results, more slowly. The model is for inference only
 (no gradients) and on CPU only; it cannot be saved with ``save_pretrained`` (quantize again after loading).
+
+A model with a head (a tagger, a classifier, the LM head) is quantized in its base biLM (``model.elmo``) only: the
+head keeps its float32 weights and reads the biLM's float32 outputs.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import warnings
 import torch
 from torch import nn
 
-from ..modeling_elmo import ElmoBiLstmLayer, ElmoModel
+from ..modeling_elmo import ElmoBiLstmLayer, ElmoModel, ElmoPreTrainedModel
 
 
 def _quantize_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -111,25 +115,36 @@ class Int8BiLstmLayer(ElmoBiLstmLayer):
         return f"P={self.projection_dim}, D={self.lstm_dim}, residual={self.residual}, int8 products"
 
 
-def quantize_int8(model: ElmoModel) -> ElmoModel:
-    """Quantize ``model`` (an [`ElmoModel`], float32, on CPU) in place for int8 inference, and return it.
+def quantize_int8(model: ElmoPreTrainedModel) -> ElmoPreTrainedModel:
+    """Quantize the biLM of ``model`` (float32, on CPU) in place for int8 inference, and return ``model``.
 
-    The LSTM layers become [`Int8BiLstmLayer`]s and the character encoder's highway and projection layers
-    [`Int8Linear`]s (see the module's docstring for what stays float32). The model is put in eval mode and its
-    remaining parameters stop requiring grad. ``ValueError`` for a model on another device or in another dtype.
+    ``model`` is an [`ElmoModel`], or a model with a head whose base model (``model.elmo``, its
+    ``base_model_prefix``) is one, e.g. [`ElmoForTokenClassification`]. In the biLM, the LSTM layers become
+    [`Int8BiLstmLayer`]s and the character encoder's highway and projection layers [`Int8Linear`]s (see the
+    module's docstring for what stays float32), and every parameter left in the base model (its scalar mixes
+    included) stops requiring grad: the int8 products have no gradient. The head's parameters are untouched
+    (float32, ``requires_grad`` as they were). The whole model is put in eval mode.
+
+    ``ValueError`` for anything else than such a model, and for a base model on another device or in another dtype
+    (or a head off the CPU).
     """
-    if not isinstance(model, ElmoModel):
-        raise ValueError(f"quantize_int8 takes an ElmoModel, got {type(model).__name__}")
-    if model.device.type != "cpu" or model.dtype != torch.float32:
+    base = model.base_model if isinstance(model, ElmoPreTrainedModel) else None
+    if not isinstance(base, ElmoModel):
         raise ValueError(
-            f"quantize_int8 takes a float32 model on CPU (int8 kernels are CPU kernels), got {model.dtype} on "
-            f"{model.device}: load it without dtype= and quantize before moving it"
+            "quantize_int8 takes an ElmoModel or a model whose base model (model.elmo) is an ElmoModel, got "
+            f"{type(model).__name__}"
         )
-    model.clear_token_cache()  # built with the float32 encoder; build it again after quantizing if wanted
-    encoder = model.char_cnn
+    devices = {p.device.type for p in model.parameters()}
+    if devices != {"cpu"} or base.dtype != torch.float32:
+        raise ValueError(
+            f"quantize_int8 takes a float32 model on CPU (int8 kernels are CPU kernels), got a {base.dtype} biLM on "
+            f"{', '.join(sorted(devices))}: load it without dtype= and quantize before moving it"
+        )
+    base.clear_token_cache()  # built with the float32 encoder; build it again after quantizing if wanted
+    encoder = base.char_cnn
     for highway in encoder.highways:
         highway.carry, highway.transform = Int8Linear(highway.carry), Int8Linear(highway.transform)
     encoder.projection = Int8Linear(encoder.projection)
-    model.bilm.layers = nn.ModuleList(Int8BiLstmLayer(layer) for layer in model.bilm.layers)
-    model.requires_grad_(False)
+    base.bilm.layers = nn.ModuleList(Int8BiLstmLayer(layer) for layer in base.bilm.layers)
+    base.requires_grad_(False)
     return model.eval()

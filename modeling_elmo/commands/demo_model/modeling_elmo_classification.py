@@ -16,6 +16,8 @@ The head calls its [`ElmoModel`] (``self.elmo``) once per forward pass and reads
 and the mix), as ``BertForSequenceClassification`` calls ``self.bert``. What trains is decided by
 ``requires_grad`` alone: ``freeze_bilm()`` sets it (after ``__init__`` and again after loading, from
 ``config.freeze_bilm``), and the biLM runs without autograd only when none of its parameters requires grad.
+The biLM may run in another precision than the head (``model.elmo.to(torch.bfloat16)``, ``quantize_int8(model)``):
+the mix is cast to the head's own dtype (its classifier's); ``hidden_states`` come back as the biLM gives them.
 
 Shapes: B sentences, W words (after padding), C characters per word (50), P = projection_dim,
 H = classifier_hidden_size, K = num_labels.
@@ -145,7 +147,8 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
             input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states, return_dict=True
         )
         mask = base.mask.bool()  # (B, W)
-        states = self.encoder(base.elmo, mask.sum(dim=1))  # (B, W, 2H), zero past each sentence's end
+        mix = base.elmo.to(self.classifier.weight.dtype)  # (B, W, 2P) in the head's dtype (the biLM's may differ)
+        states = self.encoder(mix, mask.sum(dim=1))  # (B, W, 2H), zero past each sentence's end
         pooled = pool_words(states, mask, self.config.classifier_pooling)  # (B, 2H) or (B, 4H)
         logits = self.classifier(self.dropout(pooled))  # (B, K)
 

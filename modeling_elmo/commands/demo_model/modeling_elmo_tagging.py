@@ -16,6 +16,10 @@ base model is built with the number of mixes the head uses; the config is not ch
 ``requires_grad`` alone: ``freeze_bilm()`` sets it (after ``__init__`` and again after loading, from
 ``config.freeze_bilm``), and the biLM runs without autograd only when none of its parameters requires grad.
 
+The biLM may run in another precision than the head, e.g. a float32 tagger with ``model.elmo.to(torch.bfloat16)``
+or ``quantize_int8(model)``: the biLM outputs the head reads (layer 0, the mixes) are cast to the head's own dtype
+(its classifier's), and ``hidden_states`` come back as the biLM gives them.
+
 Shapes: B sentences, W words (after padding), C characters per word (50), P = projection_dim,
 K = num_labels, H = tagger_hidden_size.
 """
@@ -243,8 +247,11 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
                 token_layer_only=self.num_elmo_mixes == 0,
                 return_dict=True,
             )
-            mask, mixes = base.mask.bool(), base.elmo_representations  # (B, W) bool; (B, W, 2P) each
-            layer0 = base.hidden_states[0][..., : config.projection_dim]  # [x; x] -> x, (B, W, P)
+            # In the head's dtype: the biLM may run in bfloat16 (or int8) under a float32 head.
+            dtype = self.classifier.weight.dtype
+            mask = base.mask.bool()  # (B, W)
+            mixes = tuple(mix.to(dtype) for mix in base.elmo_representations)  # (B, W, 2P) each
+            layer0 = base.hidden_states[0][..., : config.projection_dim].to(dtype)  # [x; x] -> x, (B, W, P)
             hidden_states = base.hidden_states if output_hidden_states else None
         else:
             mask = self.elmo.word_mask(input_ids, attention_mask)  # (B, W) bool, validated
