@@ -7,7 +7,7 @@ of WikiText-2 and prints, per layer, the minimum and the mean over all words of 
 vector in that mode and in float32:
 
 - ``bfloat16``: ``from_pretrained(..., dtype=torch.bfloat16)``, the designed path (products in bfloat16, cell
-  state, gate arithmetic and clips in float32);
+  state, its update and clip in float32; the gate pre-activations in bfloat16);
 - ``bfloat16-all`` (``--ablation``): the same with the cell state and the gates in bfloat16 too, to show what
   the float32 state buys;
 - ``int8``: ``modeling_elmo.utils.quantize_elmo.quantize_int8`` (dynamic int8 products) on the float32 model.
