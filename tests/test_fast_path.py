@@ -64,6 +64,40 @@ def test_fast_path_equals_step_by_step_reference(size, overrides):
         assert all(torch.all(layer[b, len(words) :] == 0) for layer in layers)
 
 
+def test_cpu_inference_path_equals_step_by_step_reference(monkeypatch):
+    """The CPU inference path of a wide LSTM: prepacked products, the directions run one after the other, and the
+    cell's tanh through the sigmoid (used from 2^15 elements a call: 16 rows x D = 2048), against the reference."""
+    from modeling_elmo.modeling_elmo import ElmoBiLstmLayer, _PrepackedWeights
+
+    if not _PrepackedWeights.supported(torch.float32):
+        pytest.skip("this torch build has no oneDNN: the CPU inference path is the plain one")
+    monkeypatch.setattr(ElmoBiLstmLayer, "prepack_min_elements", 0)
+    model = make_model("narrow", lstm_dim=2048, projection_dim=16, initializer_range=0.05)
+    rng = random.Random(5)
+    sentences = [random_words(rng, rng.randint(1, 9)) for _ in range(16)]
+    enc = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        assert all(layer.runs_directions_apart(torch.zeros(2, 16, 16)) for layer in model.bilm.layers)
+        layers = model(**enc, output_hidden_states=True).hidden_states
+    for b, words in enumerate(sentences):
+        expected, _ = reference_forward(model, enc["input_ids"][b, : len(words)])
+        got = torch.stack([layer[b, : len(words)] for layer in layers])
+        assert (got - expected).abs().max() <= 1e-5
+
+
+def test_tanh_through_the_sigmoid_is_tanh():
+    from modeling_elmo.modeling_elmo import _tanh
+
+    x = torch.cat([torch.linspace(-30, 30, 1 << 16), torch.logspace(-12, 1, 1 << 15), torch.tensor([0.0, -0.0])])
+    exact = torch.tanh(x.double())
+    assert (_tanh(x).double() - exact).abs().max() <= 2.5e-7
+    assert (torch.tanh(x).double() - exact).abs().max() <= 1e-7  # what torch's own gives, for comparison
+    small, wanted = x[:1000], x.clone().requires_grad_(True)
+    assert torch.equal(_tanh(small), torch.tanh(small))  # below 2^15 elements: torch's tanh itself
+    _tanh(wanted).sum().backward()  # with autograd: torch's tanh, whose gradient is 1 - tanh^2
+    torch.testing.assert_close(wanted.grad, 1 - torch.tanh(x) ** 2)
+
+
 def full_width_char_cnn(encoder, char_ids: torch.Tensor) -> torch.Tensor:
     """The character CNN as written: every convolution over all C positions."""
     x = encoder.char_embedding(char_ids).transpose(1, 2)

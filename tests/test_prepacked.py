@@ -58,15 +58,20 @@ def _run(model: ElmoModel, batch, prepacked: bool) -> torch.Tensor:
         ElmoBiLstmLayer.use_prepacked_weights = old
 
 
+@pytest.mark.parametrize("min_rows", [0, 2], ids=["every-step", "from-2-rows"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
-def test_prepacked_products_match_the_plain_ones(model, batch, dtype):
+def test_prepacked_products_match_the_plain_ones(model, batch, dtype, min_rows, monkeypatch):
+    """Prepacked, the two directions run one after the other; with ``prepack_min_rows`` 2, the steps where one
+    row is left take the plain product of one direction's weights."""
     if not _PrepackedWeights.supported(dtype):
         pytest.skip(f"oneDNN has no prepacked {dtype} products on this CPU")
+    monkeypatch.setattr(ElmoBiLstmLayer, "prepack_min_rows", min_rows)
     model = model.to(dtype)
     with torch.no_grad():
         plain = _run(model, batch, prepacked=False)
         assert _packed_layers(model) == 0
         packed = _run(model, batch, prepacked=True)
+        assert all(layer.runs_directions_apart(torch.zeros(2, 3, 8, dtype=dtype)) for layer in _layers(model))
     assert _packed_layers(model) == 2  # the prepacked path really ran, for both layers
     # Both accumulate in float32; only the order of the sums may differ.
     torch.testing.assert_close(packed, plain, atol=1e-5 if dtype == torch.float32 else 2e-2, rtol=1e-5)

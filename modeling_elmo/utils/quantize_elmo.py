@@ -30,7 +30,7 @@ import warnings
 import torch
 from torch import nn
 
-from ..modeling_elmo import ElmoBiLstmLayer, ElmoModel, ElmoPreTrainedModel
+from ..modeling_elmo import BOTH_DIRECTIONS, ElmoBiLstmLayer, ElmoModel, ElmoPreTrainedModel, _stacked
 
 
 def _quantize_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -98,18 +98,25 @@ class Int8BiLstmLayer(ElmoBiLstmLayer):
         self._projection = [_pack(layer.projection[k].t()) for k in range(2)]
 
     @staticmethod
-    def _both(x: torch.Tensor, packed) -> torch.Tensor:
-        """``x (2, n, in)`` through each direction's packed weight: ``(2, n, out)`` float32."""
-        return torch.stack([_linear(x[k].float().contiguous(), packed[k]) for k in range(2)])
+    def _each(x: torch.Tensor, packed) -> torch.Tensor:
+        """``x (G, n, in)`` through the ``G`` directions' packed weights: ``(G, n, out)`` float32."""
+        return _stacked([_linear(part.float().contiguous(), weight) for part, weight in zip(x, packed, strict=True)])
 
-    def input_gates(self, inputs: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        return self._both(inputs, self._input) + bias.unsqueeze(1)
+    def input_gates(
+        self, inputs: torch.Tensor, bias: torch.Tensor, directions: slice = BOTH_DIRECTIONS
+    ) -> torch.Tensor:
+        return self._each(inputs, self._input[directions]) + bias.unsqueeze(1)
 
-    def add_state_gates(self, input_gates: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        return input_gates + self._both(h, self._state)
+    def add_state_gates(
+        self, input_gates: torch.Tensor, h: torch.Tensor, directions: slice = BOTH_DIRECTIONS
+    ) -> torch.Tensor:
+        return input_gates + self._each(h, self._state[directions])
 
-    def project(self, memory: torch.Tensor) -> torch.Tensor:
-        return self._both(memory, self._projection)
+    def project(self, memory: torch.Tensor, directions: slice = BOTH_DIRECTIONS) -> torch.Tensor:
+        return self._each(memory, self._projection[directions])
+
+    def runs_directions_apart(self, h: torch.Tensor) -> bool:
+        return True  # each direction's int8 product is its own call
 
     def extra_repr(self) -> str:
         return f"P={self.projection_dim}, D={self.lstm_dim}, residual={self.residual}, int8 products"
