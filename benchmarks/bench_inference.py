@@ -318,9 +318,10 @@ def main(argv: list[str] | None = None) -> None:
 # ---------------------------------------------------------------------- against AllenNLP, process by process
 
 HERE = Path(__file__).resolve().parent
-ALLENNLP_DIR = HERE.parent.parent / "shared" / "tools" / "allennlp"
+SHARED = Path(os.environ.get("ELMO_SHARED_DIR", HERE.parent.parent / "shared"))  # as for the tests
+ALLENNLP_DIR = SHARED / "tools" / "allennlp"
 # Read in this order: 9,364 sentences in test.txt, then 8,057 in valid.txt (17,421 in all, of 1 word or more).
-WIKITEXT_FILES = [HERE.parent.parent / "shared" / "data" / "wikitext-2" / name for name in ("test.txt", "valid.txt")]
+WIKITEXT_FILES = [SHARED / "data" / "wikitext-2" / name for name in ("test.txt", "valid.txt")]
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 MODES = ("float32", "bfloat16", "int8")
 EMBED_SWEEP = ("32/2048", "64/4096", "128/8192")  # --embed_sweep's batch_size/max_batch_words pairs
@@ -365,7 +366,10 @@ def wikitext_sentences(count: int, min_words: int, max_words: int, skip: int = 0
     found = []
     for path in WIKITEXT_FILES:
         if not path.is_file():
-            raise SystemExit(f"error: {path} not found (WikiText-2's raw test.txt and valid.txt are read from there)")
+            raise SystemExit(
+                f"error: {path} not found (WikiText-2's raw test.txt and valid.txt are read from there;"
+                " set ELMO_SHARED_DIR)"
+            )
         for line in path.read_text(encoding="utf-8").splitlines():
             if not line.strip() or line.strip().startswith("="):
                 continue

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -34,7 +35,8 @@ import torch
 from modeling_elmo.training.train_tagger import main as train_tagger
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = REPO.parent / "shared" / "data" / "conll2003"
+# $ELMO_SHARED_DIR (default ../shared) holds data/, as for the tests.
+DATA = Path(os.environ.get("ELMO_SHARED_DIR", REPO.parent / "shared")) / "data" / "conll2003"
 
 
 # name -> (what it is, train_tagger flags); "{bilm}" is --bilm.
@@ -102,7 +104,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     for path in (args.train_file, args.dev_file):
         if not Path(path).is_file():
-            print(f"error: {path} not found (pass --train_file/--dev_file)", file=sys.stderr)
+            print(f"error: {path} not found (set ELMO_SHARED_DIR or pass --train_file/--dev_file)", file=sys.stderr)
             return 1
     names = [name.strip() for name in args.runs.split(",") if name.strip()]
     unknown = [name for name in names if name not in RUNS]

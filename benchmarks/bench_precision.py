@@ -33,7 +33,8 @@ from modeling_elmo.utils.quantize_elmo import quantize_int8
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # bench_inference, for the original-size model
-WIKITEXT = os.path.join(HERE, "..", "..", "shared", "data", "wikitext-2", "test.txt")
+SHARED = os.environ.get("ELMO_SHARED_DIR", os.path.join(HERE, "..", "..", "shared"))  # holds data/, as for the tests
+WIKITEXT = os.path.join(SHARED, "data", "wikitext-2", "test.txt")
 DEMO = os.path.join(HERE, "..", "modeling_elmo", "commands", "demo_model")
 MODES = ("bfloat16", "int8")
 
@@ -123,7 +124,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=[*MODES, "bfloat16-all"])
     parser.add_argument("--ablation", action="store_true", help="also bfloat16 with the cell state in bfloat16")
     parser.add_argument("--sentences", type=int, default=200)
-    parser.add_argument("--text", default=WIKITEXT, help="WikiText-2 file (default: ../shared/data's test.txt)")
+    parser.add_argument(
+        "--text",
+        default=WIKITEXT,
+        help="WikiText-2 file (default: $ELMO_SHARED_DIR or ../shared: data/wikitext-2/test.txt)",
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "elmo-bench-allennlp"))
     args = parser.parse_args(argv)
