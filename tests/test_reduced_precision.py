@@ -21,6 +21,7 @@ from transformers import BertConfig, BertForTokenClassification
 
 from modeling_elmo import (
     ElmoConfig,
+    ElmoForPreTraining,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoLstmState,
@@ -192,6 +193,42 @@ def tiny_head(kind: str, seed: int = 0) -> ElmoForTokenClassification | ElmoForS
         use_crf=kind == "crf_tagger",
     )
     return ElmoForTokenClassification(config).eval()
+
+
+def tiny_lm(seed: int = 0) -> ElmoForPreTraining:
+    """A float32 LM head (full softmax over 11 words) over the tiny biLM."""
+    torch.manual_seed(seed)
+    return ElmoForPreTraining(ElmoConfig(**TINY, lm_vocab_size=11, lm_num_samples=0, lm_dropout=0.0)).eval()
+
+
+@pytest.mark.parametrize("mode", ["bfloat16", "int8"])
+def test_a_float32_lm_head_runs_over_a_reduced_precision_bilm(mode):
+    """The LM head scores the biLM's top layer in its softmax's dtype: float32 logits and losses, close to the
+    float32 model's, on the sentence path, the exact sentence losses and the stream path."""
+    model = tiny_lm()
+    batch = TOKENIZER(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
+    labels = torch.randint(0, 11, batch["attention_mask"].shape).masked_fill(batch["attention_mask"] == 0, -100)
+    streams = torch.randint(1, 200, (2, 2, 5, 50)), torch.randint(0, 11, (2, 2, 5))
+
+    def run(lm):
+        with torch.no_grad():
+            out = lm(**batch, labels=labels, return_logits=True)
+            sentence = lm.sentence_losses(**batch, labels=labels)[0]
+            lm.reset_stream_states()
+            stream = lm(input_ids=streams[0][0], backward_input_ids=streams[0][1], labels=streams[1][0],
+                        backward_labels=streams[1][1]).loss  # fmt: skip
+        return torch.stack([out.forward_logits, out.backward_logits]), out.loss, sentence, stream
+
+    reference = run(model)
+    reduced = in_reduced_precision(copy.deepcopy(model), mode)
+    assert {p.dtype for p in head_parameters(reduced).values()} == {torch.float32}
+    got = run(reduced)
+    assert all(t.dtype == torch.float32 for t in got)
+    assert not torch.equal(got[0], reference[0])  # the biLM did run in the reduced precision
+    worst = float((got[0] - reference[0]).abs().max() / reference[0].abs().max())
+    assert worst <= HEAD_TOLERANCE[mode], f"logits differ from float32 by {worst:.4f} of the largest"
+    for value, expected in zip(got[1:], reference[1:], strict=True):
+        torch.testing.assert_close(value, expected, rtol=HEAD_TOLERANCE[mode], atol=0)
 
 
 def head_parameters(model) -> dict[str, torch.nn.Parameter]:

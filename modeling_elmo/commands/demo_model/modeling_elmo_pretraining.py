@@ -193,8 +193,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         return self.softmax
 
     def _direction_states(self, top_layer: torch.Tensor) -> torch.Tensor:
-        """``(B, W, 2P)`` ``[forward_h; backward_h]`` -> ``(2, B, W, P)`` (index 0 forward), with dropout."""
-        forward, backward = top_layer.chunk(2, dim=-1)
+        """``(B, W, 2P)`` ``[forward_h; backward_h]`` -> ``(2, B, W, P)`` (index 0 forward), with dropout, in the
+        softmax's dtype (the biLM may run in bfloat16 or int8 under a float32 softmax)."""
+        forward, backward = top_layer.to(self.softmax.weight.dtype).chunk(2, dim=-1)
         return self.dropout(torch.stack([forward, backward]))
 
     def _check_labels(self, labels: torch.Tensor, mask: torch.Tensor, boundary_labels: torch.Tensor | None) -> None:
