@@ -1053,6 +1053,11 @@ def _train(
         trainer.create_model_card()
     if trainer.is_world_process_zero():
         print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, (list, dict))}, indent=1), flush=True)
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        # As train_lm: every process waits for the last writes, then leaves together (a gloo process that exits
+        # with its process group alive can abort at shutdown, "terminate called without an active exception").
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     return metrics
 
 
