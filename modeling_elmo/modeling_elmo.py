@@ -234,7 +234,8 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
 
     ``W_0`` is kept as ``input_kernel`` (its rows that multiply ``x_t``) and ``state_kernel`` (those
     that multiply ``h_{t-1}``): the input part of all steps is then one matrix product per layer,
-    and each step is one batched product for both directions. With ``residual`` the layer's input is
+    and each step is one batched product for both directions (on the CPU with prepacked or int8 products, the
+    directions run one after the other: see ``runs_directions_apart``). With ``residual`` the layer's input is
     added to its output; the recurrent state stays the un-added ``h_t``.
 
     Parameters: ``input_kernel``, ``state_kernel`` ``(2, P, 4D)``, ``bias`` ``(2, 4D)``,
@@ -498,8 +499,8 @@ def _pad_rows(state: torch.Tensor, rows: int) -> torch.Tensor:
 class ElmoBiLm(nn.Module):
     """The biLSTM: ``n_layers`` [`ElmoBiLstmLayer`]s, each reading the one below, direction by direction.
 
-    The backward direction reads each sentence right to left; both directions run together, on
-    inputs reversed within each sentence's length. Layer ``k``'s output is ``[forward_h; backward_h]``.
+    The backward direction reads each sentence right to left; both directions take their inputs together, the
+    backward one's reversed within each sentence's length. Layer ``k``'s output is ``[forward_h; backward_h]``.
     States come in and go out as an [`ElmoLstmState`] (empty: zeros).
     """
 
