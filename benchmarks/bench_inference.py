@@ -33,10 +33,12 @@ median words/s, the ratio to AllenNLP and the fraction of the ceiling reached.
 With ``--embed_sweep`` it times ``embed_corpus`` (what ``elmo embed`` runs, ``--output_type elmo``) on the first
 ``--corpus_sentences`` WikiText-2 sentences in file order, for a few ``batch_size``/``max_batch_words`` pairs
 (default 32/2048, 64/4096, 128/8192), in float32 and bfloat16 (``--modes``): words/s (median of interleaved passes after
-warm-up), and the peak resident set of one pass in a child process (after a warm-up pass).
+warm-up), and the peak resident set of one pass in a child process (after a warm-up pass). A pair written
+``64/4096/nocache`` runs with ``word_cache=False`` (the character encoder once per batch instead of once per chunk).
 
     python benchmarks/bench_inference.py --embed_sweep --corpus_sentences 200 --repeats 3
     python benchmarks/bench_inference.py --embed_sweep 64/4096 96/6144 --modes float32
+    python benchmarks/bench_inference.py --embed_sweep 64/4096 64/4096/nocache --modes float32 --sizes original
 """
 
 from __future__ import annotations
@@ -256,8 +258,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--embed_sweep",
         nargs="*",
-        metavar="BATCH/WORDS",
-        help=f"time embed_corpus at these batch_size/max_batch_words pairs (default: {' '.join(EMBED_SWEEP)})",
+        metavar="BATCH/WORDS[/nocache]",
+        help=f"time embed_corpus at these batch_size/max_batch_words pairs (default: {' '.join(EMBED_SWEEP)}); "
+        "/nocache: without the word cache",
     )
     parser.add_argument("--work_dir", default=os.path.join(tempfile.gettempdir(), "elmo-bench-allennlp"))
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # internal: one timed process of ours
@@ -685,14 +688,16 @@ def compare_with_allennlp(args) -> None:
 # ---------------------------------------------------------------------- embed_corpus's batch sizes (--embed_sweep)
 
 
-def _embed(model: ElmoModel, tokenizer, sentences: list[list[str]], batch_size: int, max_batch_words: int) -> None:
+def _embed(
+    model: ElmoModel, tokenizer, sentences: list[list[str]], batch_size: int, max_batch_words: int, word_cache: bool
+) -> None:
     """One pass of ``embed_corpus`` over ``sentences`` (word lists), with ``elmo embed``'s ``--output_type elmo``:
     each sentence's ``(words, 2P)`` array is computed and copied to a numpy array, then dropped."""
     from modeling_elmo.utils.embedding_elmo import embed_corpus
 
     for _ in embed_corpus(
         model, tokenizer, sentences, output="elmo", batch_size=batch_size, max_batch_words=max_batch_words,
-        progress=False,
+        progress=False, word_cache=word_cache,
     ):  # fmt: skip
         pass
 
@@ -724,12 +729,20 @@ def _embed_peak_child(queue, size: str, mode: str, pair: tuple[int, int], senten
     queue.put((peak, base))
 
 
+def _sweep_setting(text: str) -> tuple[int, int, bool]:
+    """``"64/4096"`` -> ``(64, 4096, True)``; ``"64/4096/nocache"`` -> ``(64, 4096, False)`` (word_cache off)."""
+    parts = text.split("/")
+    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts[:2]) or parts[2:] not in ([], ["nocache"]):
+        raise SystemExit(f"error: --embed_sweep takes BATCH/WORDS or BATCH/WORDS/nocache, got {text!r}")
+    return int(parts[0]), int(parts[1]), len(parts) == 2
+
+
 def embed_sweep(args) -> None:
     """``embed_corpus``'s words/s and peak RSS at each ``--embed_sweep`` pair (see the module's docstring);
     prints a markdown table per model size."""
     from modeling_elmo.utils.embedding_elmo import _batches
 
-    pairs = [tuple(int(n) for n in pair.split("/")) for pair in (args.embed_sweep or EMBED_SWEEP)]
+    pairs = [_sweep_setting(pair) for pair in (args.embed_sweep or EMBED_SWEEP)]
     modes = args.modes or ["float32", "bfloat16"]
     sentences = wikitext_sentences(args.corpus_sentences, 1, 10_000)
     lengths = [len(s) for s in sentences]
@@ -773,10 +786,11 @@ def embed_sweep(args) -> None:
                     if child.exitcode == 0:
                         peak, before = queue.get()
                         memory = f"{peak:.0f} (+{peak - before:.0f} over the model)"
-                batches = len(list(_batches(lengths, *pair)))
+                batches = len(list(_batches(lengths, *pair[:2])))
+                cache = "" if pair[2] else " (no word cache)"
                 print(
-                    f"| {size} | {mode} | {pair[0]} / {pair[1]} | {batches} | {rate:.0f} | {slowest:.0f}-{fastest:.0f} "
-                    f"| {rate / first:.2f}x | {memory} |",
+                    f"| {size} | {mode} | {pair[0]} / {pair[1]}{cache} | {batches} | {rate:.0f} "
+                    f"| {slowest:.0f}-{fastest:.0f} | {rate / first:.2f}x | {memory} |",
                     flush=True,
                 )
     print(f"# load after: {os.getloadavg()}")

@@ -1334,7 +1334,9 @@ class ElmoModel(ElmoPreTrainedModel):
         )
 
     @torch.no_grad()
-    def build_token_cache(self, words: Iterable[str], batch_size: int = 2048, progress: bool = True) -> int:
+    def build_token_cache(
+        self, words: Iterable[str] | torch.Tensor, batch_size: int = 2048, progress: bool = True
+    ) -> int:
         """Precompute layer 0 for a vocabulary, as the original's cached-vocabulary mode does.
 
         Later calls look these words up instead of running the character CNN on them; other words
@@ -1342,30 +1344,45 @@ class ElmoModel(ElmoPreTrainedModel):
         it is ignored while the character encoder is being trained, and dropped (with a warning) at the
         next call once the encoder's weights differ from those it was built with: after an optimizer
         step, ``load_state_dict``, any in-place edit, or moving the model to another device or dtype
-        (build it after ``.to()``). It keeps a copy of the encoder's weights for that check.
+        (build it after ``.to()``). It keeps a copy of the encoder's weights for that check. A new
+        cache replaces the old one.
 
         Args:
-            words: e.g. ``tokenizer.get_vocab()`` or the lines of a bilm-tf vocabulary file.
+            words: e.g. ``tokenizer.get_vocab()`` or the lines of a bilm-tf vocabulary file; or the words'
+                character ids ``(N, C)`` as the tokenizer gives them (rows may repeat).
             batch_size: words per character-CNN call.
             progress: show a progress bar.
 
         Returns:
             The number of distinct words cached.
+
+        Raises:
+            ValueError: character ids that are not ``(N, C)`` with ``C = config.max_characters_per_token``.
         """
         chars = self.config.max_characters_per_token
-        rows = {bytes(torch.tensor(word_to_char_ids(w, chars), dtype=torch.int16).numpy()): None for w in words}
-        keys = list(rows)
+        if isinstance(words, torch.Tensor):
+            if words.dim() != 2 or words.shape[1] != chars:
+                raise ValueError(f"character ids must be (words, {chars}), got shape {tuple(words.shape)}")
+            _check_character_ids(words)
+            table = words.to(device="cpu", dtype=torch.int16)
+        else:
+            table = torch.tensor([word_to_char_ids(w, chars) for w in words], dtype=torch.int16).view(-1, chars)
+        table = torch.unique(table, dim=0)  # distinct rows (two long words may share their first C - 2 bytes)
         vectors = []
         bar_off = not progress or not logging.is_progress_bar_enabled()  # transformers' switch too
-        for start in tqdm(range(0, len(keys), batch_size), desc="Caching word vectors", disable=bar_off):
-            chunk = [torch.frombuffer(bytearray(k), dtype=torch.int16) for k in keys[start : start + batch_size]]
-            vectors.append(self.char_cnn(torch.stack(chunk).long().to(self.device)))
+        for start in tqdm(range(0, len(table), batch_size), desc="Caching word vectors", disable=bar_off):
+            vectors.append(self.char_cnn(table[start : start + batch_size].long().to(self.device)))
         self.clear_token_cache()
         if vectors:
-            self._token_cache = {key: index for index, key in enumerate(keys)}
+            self._token_cache = {row.numpy().tobytes(): index for index, row in enumerate(table)}
             self._token_cache_vectors = torch.cat(vectors)
             self._token_cache_weights = [p.detach().clone() for p in self.char_cnn.parameters()]
-        return len(keys)
+        return len(table)
+
+    @property
+    def token_cache_size(self) -> int:
+        """The number of words in the token cache of [`build_token_cache`] (0: there is none)."""
+        return len(self._token_cache) if self._token_cache is not None else 0
 
     def clear_token_cache(self) -> None:
         """Drop the cache of [`build_token_cache`]."""

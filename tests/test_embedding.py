@@ -101,6 +101,76 @@ def test_every_split_gives_each_sentence_its_vectors_alone(reference, settings, 
         np.testing.assert_allclose(layers, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
 
 
+def _rows_through_the_character_encoder(model: ElmoModel) -> list[int]:
+    """A list that gets the number of words of every call of ``model.char_cnn`` (a forward hook)."""
+    calls: list[int] = []
+    model.char_cnn.register_forward_hook(lambda module, args, output: calls.append(args[0].shape[0]))
+    return calls
+
+
+@pytest.mark.parametrize("chunk_size", [4096, 40], ids=["one-chunk", "chunks"])
+def test_word_cache_runs_the_character_encoder_once_per_distinct_word_of_a_chunk(reference, chunk_size):
+    """With the word cache (the default) the encoder sees each chunk's distinct words and ``<S>``, ``</S>`` once,
+    in one call per chunk; without, once per batch (more words in all); the vectors are the sentences' own either
+    way, and no cache is left on the model."""
+    _, sentences, expected = reference
+    model = tiny_model()
+    calls = _rows_through_the_character_encoder(model)
+    settings = {"batch_size": 8, "chunk_size": chunk_size, "progress": False}
+    cached = list(embed_corpus(model, TOKENIZER, sentences, **settings))
+    chunks = [sentences[i : i + chunk_size] for i in range(0, len(sentences), chunk_size)]
+    assert calls == [len({w for s in chunk for w in s}) + 2 for chunk in chunks]
+    assert model.token_cache_size == 0
+    calls.clear()
+    plain = list(embed_corpus(model, TOKENIZER, sentences, word_cache=False, **settings))
+    assert len(calls) == len(list(_batches([len(s) for s in sentences], 8, 4096)))
+    assert sum(calls) > len({w for s in sentences for w in s}) + 2
+    for (i, got), (j, without) in zip(cached, plain, strict=True):
+        assert i == j
+        np.testing.assert_allclose(got, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
+        np.testing.assert_allclose(without, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
+
+
+def test_word_cache_leaves_the_models_own_token_cache_alone(reference):
+    """A model with a token cache of its own keeps it (the same words), and it is what the run uses: words outside
+    it go through the encoder batch by batch."""
+    _, sentences, expected = reference
+    model = tiny_model()
+    assert model.build_token_cache(["the", "cat"], progress=False) == 2
+    calls = _rows_through_the_character_encoder(model)
+    got = list(embed_corpus(model, TOKENIZER, sentences, batch_size=8, progress=False))
+    assert model.token_cache_size == 2
+    assert len(calls) > 1  # per batch, not one call for the chunk
+    for i, layers in got:
+        np.testing.assert_allclose(layers, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
+
+
+def test_word_cache_is_dropped_when_the_caller_stops_early(reference):
+    """A generator closed after its first sentence (a ``break`` in the caller's loop) drops the chunk's cache."""
+    _, sentences, _ = reference
+    model = tiny_model()
+    results = embed_corpus(model, TOKENIZER, sentences, progress=False)
+    next(results)
+    assert model.token_cache_size == len({w for s in sentences for w in s}) + 2
+    results.close()
+    assert model.token_cache_size == 0
+
+
+def test_build_token_cache_takes_character_ids():
+    """Character ids ``(N, C)`` (repeats allowed) cache the same vectors as the words; bad ids are refused."""
+    by_words, by_ids = tiny_model(), tiny_model()
+    words = ["the", "cat", "Ünïcode", "the"]
+    ids = torch.tensor(TOKENIZER([words], is_split_into_words=True)["input_ids"][0])
+    assert by_words.build_token_cache(words, progress=False) == by_ids.build_token_cache(ids, progress=False) == 3
+    with torch.no_grad():
+        np.testing.assert_array_equal(by_words.embed_words(ids).numpy(), by_ids.embed_words(ids).numpy())
+    with pytest.raises(ValueError, match=r"character ids must be \(words, 50\), got shape \(4, 49\)"):
+        by_ids.build_token_cache(ids[:, :49])
+    with pytest.raises(ValueError, match=r"character ids must be in \[0, 262\)"):
+        by_ids.build_token_cache(ids + 300)
+    assert by_ids.token_cache_size == 3  # a refused call keeps the old cache
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_batches_keep_both_limits_and_take_every_sentence_once(seed):
     """``_batches``: every index once, sorted by length across batches, at most ``batch_size`` sentences, and at
@@ -173,12 +243,16 @@ def test_wikitext_sentences_reads_test_then_valid_and_says_when_short(bench, cap
 
 
 def test_embed_sweep_prints_a_row_per_setting(bench, capsys):
-    bench.main(["--embed_sweep", "4/16", "2/64", "--sizes", "tiny", "--corpus_sentences", "5", "--repeats", "1",
-                "--no-memory"])  # fmt: skip
+    bench.main(["--embed_sweep", "4/16", "2/64", "2/64/nocache", "--sizes", "tiny", "--corpus_sentences", "5",
+                "--repeats", "1", "--no-memory"])  # fmt: skip
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| tiny |")]
     assert [row.split(" | ")[1:4] for row in rows] == [
         ["float32", "4 / 16", "2"],
         ["float32", "2 / 64", "3"],
+        ["float32", "2 / 64 (no word cache)", "3"],
         ["bfloat16", "4 / 16", "2"],
         ["bfloat16", "2 / 64", "3"],
+        ["bfloat16", "2 / 64 (no word cache)", "3"],
     ]
+    with pytest.raises(SystemExit, match="BATCH/WORDS or BATCH/WORDS/nocache, got '2/64/x'"):
+        bench.main(["--embed_sweep", "2/64/x", "--sizes", "tiny"])
