@@ -337,10 +337,15 @@ def cpu_description() -> str:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.processor() or platform.machine()
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "?")
-    flags = next((set(line.split(":", 1)[1].split()) for line in text.splitlines() if line.startswith("flags")), set())
+    fields = {}
+    for line in text.splitlines():  # the first processor's fields
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
     units = ", ".join(f"{unit} {'yes' if unit in flags else 'no'}" for unit in MATRIX_UNITS)
-    return f"{model} ({os.cpu_count()} CPUs visible; {units})"
+    # A virtual machine may show only "AMD EPYC": the family and model tell the generation (23/1: Zen 1).
+    generation = f"family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
+    return f"{fields.get('model name', '?')}, {generation} ({os.cpu_count()} CPUs visible; {units})"
 
 
 def original_model(work_dir: Path) -> tuple[Path, Path, Path]:
