@@ -107,10 +107,10 @@ def embed_corpus(
             yields every batch's outputs when the batch is done: each index still comes exactly once, and a
             chunk is complete before the next one starts, but within a chunk the order is by length.
         word_cache: while a chunk runs, hold the character encoder's vectors of its distinct words (and of
-            ``<S>``, ``</S>``) in the model's token cache ([`ElmoModel.build_token_cache`]; at the original size
-            2 KB a word in float32: about 20 MB for a chunk of 4096 WikiText-2 sentences, 9,000-10,000 distinct words), dropped at the end. The
-            outputs are the same (to float rounding). Not done when the model already has a token cache: that
-            one is used as it is, and kept.
+            ``<S>``, ``</S>``) in the model's token cache ([`ElmoModel.build_token_cache`]), dropped at the end.
+            At the original size a word takes 2 KB in float32: about 20 MB for a chunk of 4096 WikiText-2
+            sentences (9,000-10,000 distinct words). The outputs are the same (to float rounding). Not done when
+            the model already has a token cache: that one is used as it is, and kept.
     """
     output = resolve_output(output)
     if output not in LAYER_OUTPUTS and not model.config.num_output_representations:
