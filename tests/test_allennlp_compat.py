@@ -159,6 +159,9 @@ def test_embed_file_writes_what_elmo_embed_writes(fixture_dir, converted_fixture
     lines = ["I do n't know .", "It 's here , is n't it ?", "", "I do n't know ."]
     text = tmp_path / "in.txt"
     text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    # The files come from different batchings (2, the default, one by one): float32 GEMMs blocked differently round
+    # differently, measured up to 7.2e-7 on an AMX Xeon; 1e-5 is the batch-invariance bound the docs state.
+    batch_tolerance = 1e-5
     embedder = ElmoEmbedder(converted_fixture, stateful=False)
     with open(text, encoding="utf-8") as handle:  # AllenNLP's argument is an open file
         embedder.embed_file(handle, tmp_path / "api.hdf5", batch_size=2)
@@ -173,12 +176,12 @@ def test_embed_file_writes_what_elmo_embed_writes(fixture_dir, converted_fixture
         for i, line in enumerate(lines):
             assert a[str(i)].shape == (3, len(line.split()), 32)
             assert a[str(i)].attrs["words"] == c[str(i)].attrs["words"] == line
-            np.testing.assert_allclose(a[str(i)][()], c[str(i)][()], atol=1e-6)
+            np.testing.assert_allclose(a[str(i)][()], c[str(i)][()], atol=batch_tolerance)
         with h5py.File(tmp_path / "top.hdf5", "r") as top, h5py.File(tmp_path / "average.hdf5", "r") as average:
             assert "sentence_to_index" not in top
             for i in range(len(lines)):
-                np.testing.assert_allclose(top[str(i)][()], a[str(i)][-1], atol=1e-7)
-                np.testing.assert_allclose(average[str(i)][()], a[str(i)][()].mean(axis=0), atol=1e-6)
+                np.testing.assert_allclose(top[str(i)][()], a[str(i)][-1], atol=batch_tolerance)
+                np.testing.assert_allclose(average[str(i)][()], a[str(i)][()].mean(axis=0), atol=batch_tolerance)
     with pytest.raises(ValueError, match="use_sentence_keys"):
         embedder.embed_file(text, tmp_path / "x.hdf5", use_sentence_keys=True)
     with pytest.raises(ValueError, match="output_format"):

@@ -400,9 +400,9 @@ def test_readme_main_job_command_runs_on_the_demo_model():
 
 
 def test_readme_elmo_examples_run(fixture_dir, tmp_path, monkeypatch, capsys):
-    """Every command of the README's "The `elmo` command" block runs (in-process, on the demo model; the
+    """Every command of the "The `elmo` command" block of docs/usage.md runs (in-process, on the demo model; the
     converter on the TensorFlow fixture model)."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    text = (REPO / "docs" / "usage.md").read_text(encoding="utf-8")
     section = text.split("## The `elmo` command", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     shutil.copy(fixture_dir / "options.json", tmp_path / "options.json")

@@ -1,10 +1,11 @@
-"""Every command and code block of README.md runs as written (issue #7: the README must stay accurate).
+"""Every command and code block of README.md and docs/*.md runs as written: the docs must stay accurate.
 
-The blocks run in README order in one scratch folder, against small stand-ins for what a user would have: the
-released weights' file names hold the TensorFlow fixture model, and the corpus, vocabulary and CoNLL files hold a
-few sentences. Only these changes are made, each for a reason a user would not meet:
+The pages run in PAGES order (then any other page of docs/, by name) in one scratch folder, each page's Python
+blocks in a namespace of its own, against small stand-ins for what a user would have: the released weights' file
+names hold the TensorFlow fixture model (random weights in the released HDF5 layout), and the corpus, vocabulary and
+CoNLL files hold a few sentences. Only these changes are made, each for a reason a user would not meet:
 
-- training commands get ``--max_steps 2`` (and small evaluation sets) appended: the README's budgets take hours;
+- training commands get ``--max_steps 2`` (and small evaluation sets) appended: the docs' budgets take hours;
 - loading the Hub id ``you/elmo-original`` loads the local folder instead, and ``HfApi.upload_folder`` records
   what it would upload (no network here; ``tests/test_hub.py`` tests ``push_to_hub`` at the HTTP boundary);
 - ``elmo download`` and ``download_released_model`` fetch from a local HTTP server that serves the fixture under the
@@ -12,8 +13,9 @@ few sentences. Only these changes are made, each for a reason a user would not m
 - launcher lines that need GPUs, several machines or stand for "the same flags" (``...``) are not run: their
   launcher must exist and their flags must parse.
 
-Blocks that other tests already run are listed in ``COVERED_ELSEWHERE`` and checked to be there. A new block
-that no rule covers fails the test: add it here when you add it to the README.
+Blocks that other tests already run are listed in ``COVERED_ELSEWHERE`` and checked to be there. ``text`` blocks
+are output shown to the reader and are not run. A new block that no rule covers fails the test: add a rule here when
+you add it to a page.
 """
 
 from __future__ import annotations
@@ -31,29 +33,41 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-README = REPO / "README.md"
-RELEASED = "elmo_2x4096_512_2048cnn_2xhighway"  # the file names in the README's converter example
+RELEASED = "elmo_2x4096_512_2048cnn_2xhighway"  # the file names in the converter examples
+# The order matters where a page uses what an earlier one made (the converted "elmo-original" folder).
+PAGES = ["README.md", "docs/released-models.md", "docs/usage.md", "docs/training.md", "docs/migrating.md"]
+
+
+def pages() -> list[str]:
+    others = sorted(f"docs/{p.name}" for p in (REPO / "docs").glob("*.md") if f"docs/{p.name}" not in PAGES)
+    return PAGES + others
 
 
 @dataclass
 class Block:
+    page: str
     language: str
     code: str
     line: int  # of the opening fence
     section: str  # the "## " heading above it ("" before the first)
 
     def __str__(self) -> str:
-        return f"README.md:{self.line} ({self.section or 'first screen'}, {self.language})"
+        return f"{self.page}:{self.line} ({self.section or 'first screen'}, {self.language})"
 
 
-def readme_blocks() -> list[Block]:
-    text = README.read_text(encoding="utf-8")
+def page_blocks(page: str) -> list[Block]:
+    text = (REPO / page).read_text(encoding="utf-8")
     blocks = []
     for match in re.finditer(r"^```(\w*)\n(.*?)^```", text, re.S | re.M):
         before = text[: match.start()]
         headings = re.findall(r"^## (.+)$", before, re.M)
-        blocks.append(Block(match.group(1), match.group(2), before.count("\n") + 1, headings[-1] if headings else ""))
+        section = headings[-1] if headings else ""
+        blocks.append(Block(page, match.group(1), match.group(2), before.count("\n") + 1, section))
     return blocks
+
+
+def all_blocks() -> list[Block]:
+    return [block for page in pages() for block in page_blocks(page)]
 
 
 def shell_commands(code: str) -> list[list[str]]:
@@ -90,7 +104,7 @@ def _covered_elsewhere(block: Block) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------------
-# The scratch folder: what a user of the README would have
+# The scratch folder: what a reader of the docs would have
 
 
 SENTENCES = [
@@ -110,7 +124,7 @@ CONLL = [
 
 @pytest.fixture(scope="module")
 def workspace(fixture_dir: Path, tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("readme")
+    work = tmp_path_factory.mktemp("docs")
     shutil.copy(fixture_dir / "options.json", work / f"{RELEASED}_options.json")
     shutil.copy(fixture_dir / "lm_weights.hdf5", work / f"{RELEASED}_weights.hdf5")
     text = "\n".join(SENTENCES) + "\n"
@@ -195,13 +209,13 @@ def run_shell_block(block: Block, work: Path) -> int:
         if argv[0] == "python":
             argv = [sys.executable, *argv[1:]]
             if argv[1].endswith(".py"):
-                argv[1] = str(REPO / argv[1])  # the README runs it from the checkout
+                argv[1] = str(REPO / argv[1])  # the docs run it from the checkout
         elif argv[0] in ("elmo", "elmo-convert", "torchrun", "accelerate"):
             found = shutil.which(argv[0])
             assert found, f"{block}: {argv[0]} is not installed (pip install -e .)"
             argv = [found, *argv[1:]]
         else:
-            pytest.fail(f"{block}: no rule to run {argv[0]!r}; extend tests/test_readme.py")
+            pytest.fail(f"{block}: no rule to run {argv[0]!r}; extend tests/test_docs.py")
         if "--predict" not in argv:  # tagging with a saved tagger takes no training options
             argv += TRAINING_BUDGET.get(_module(argv) or "", [])
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -220,10 +234,10 @@ def run_shell_block(block: Block, work: Path) -> int:
 def run_python_block(block: Block, namespace: dict) -> None:
     # Loading from the Hub id: the local folder that would have been uploaded.
     code = block.code.replace('from_pretrained("you/elmo-original"', 'from_pretrained("elmo-original"')
-    exec(compile(code, str(block), "exec"), namespace)  # noqa: S102  (the README's own code)
+    exec(compile(code, str(block), "exec"), namespace)  # noqa: S102  (the docs' own code)
 
 
-def test_every_readme_block_runs(workspace: Path, download_server: str, monkeypatch):
+def test_every_docs_block_runs(workspace: Path, download_server: str, monkeypatch):
     import huggingface_hub
 
     monkeypatch.setenv("ELMO_DOWNLOAD_BASE_URL", download_server)
@@ -236,9 +250,10 @@ def test_every_readme_block_runs(workspace: Path, download_server: str, monkeypa
 
     monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
     monkeypatch.chdir(workspace)
-    namespace: dict = {"__name__": "__readme__"}
+    namespaces: dict[str, dict] = {}
     report = []
-    for block in readme_blocks():
+    for block in all_blocks():
+        namespace = namespaces.setdefault(block.page, {"__name__": "__docs__"})
         where = _covered_elsewhere(block)
         if where:
             report.append(f"{block}: covered by {where}")
@@ -247,29 +262,42 @@ def test_every_readme_block_runs(workspace: Path, download_server: str, monkeypa
         elif block.language == "python":
             run_python_block(block, namespace)
             report.append(f"{block}: ran")
+        elif block.language == "text":
+            report.append(f"{block}: output, not run")
         else:
-            pytest.fail(f"{block}: a block with no language; mark it bash or python")
+            pytest.fail(f"{block}: mark the block bash, python or text")
     print("\n".join(report))
 
     # What the blocks promise, checked on what they made.
+    readme, usage, training = namespaces["README.md"], namespaces["docs/usage.md"], namespaces["docs/training.md"]
+    assert tuple(readme["out"].elmo.shape) == (2, 7, 128)  # the demo model: 2 * projection 64
+    assert (workspace / "elmo-cache" / "small" / "model.safetensors").is_file()
     assert (workspace / "elmo-original" / "model.safetensors").is_file()
-    assert tuple(namespace["out"].elmo.shape[:2]) == (2, 7)  # "The cat sat on the mat ." and "Hello !"
+    assert tuple(usage["out"].elmo.shape[:2]) == (2, 7)  # "The cat sat on the mat ." and "Hello !"
     assert uploads and uploads[0]["repo_id"] == "you/elmo-original"
-    assert {"config.json", "model.safetensors", "README.md", "modeling_elmo.py"} <= set(uploads[0]["files"])
+    assert {"config.json", "model.safetensors", "README.md"} <= set(uploads[0]["files"])
     assert (workspace / "elmo.onnx").is_file()
     for folder in ("elmo-mine", "elmo-original-domain"):
         results = json.loads((workspace / folder / "eval_results.json").read_text())
         assert {"eval_forward_perplexity", "eval_backward_perplexity", "eval_perplexity"} <= set(results)
     assert json.loads((workspace / "ner-elmo" / "all_results.json").read_text())["train_steps"] == 2
-    tags = namespace["tagger"].predict(**namespace["batch"])
+    tags = training["tagger"].predict(**training["batch"])
     assert len(tags) == 1 and len(tags[0]) == 5
-    assert all("entity_group" in span for span in namespace["ner"]("John Smith lives in New York."))
+    assert all("entity_group" in span for span in training["ner"]("John Smith lives in New York."))
 
 
-def test_readme_blocks_are_all_recognised():
-    """A fast check that fails on a README block no rule knows, before the slow test runs them."""
-    for block in readme_blocks():
-        assert block.language in ("bash", "python"), f"{block}: mark the block bash or python"
+def test_docs_blocks_are_all_recognised():
+    """A fast check that fails on a block no rule knows, before the slow test runs them."""
+    for block in all_blocks():
+        assert block.language in ("bash", "python", "text"), f"{block}: mark the block bash, python or text"
         if block.language == "bash" and not _covered_elsewhere(block):
             for argv in shell_commands(block.code):
                 assert argv[0] in ("python", "elmo", "elmo-convert", "torchrun", "accelerate"), (block, argv)
+
+
+def test_readme_is_short_and_links_every_page():
+    """The README is the first screen: at most 12 KiB, and it links every page of docs/."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert len(readme.encode("utf-8")) <= 12288
+    for page in (REPO / "docs").glob("*.md"):
+        assert f"(docs/{page.name})" in readme, f"README.md does not link docs/{page.name}"
