@@ -52,9 +52,9 @@ def _reference_layers(demo, sentences: list[list[str]]):
     return out.hidden_states, out.elmo, out.mask.bool()
 
 
-# Batches of other shapes change float32 sums in the last bits: measured at most 2e-6 between the plug-ins' batches
-# and the reference's on the demo model (vectors up to ~15).
-ATOL = 1e-5
+# Batches of other shapes change float32 sums in the last bits: measured at most 3.6e-7 between the plug-ins' batches
+# and the reference's here (values up to 4), and up to 1.4e-6 for single values of layer 0 (test_static_vectors).
+ATOL = 5e-6
 
 
 # ---------------------------------------------------------------------------------------------
