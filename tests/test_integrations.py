@@ -94,10 +94,30 @@ def test_sentence_transformer_saves_and_loads(tmp_path):
     trust = {"trust_remote_code": True} if int(st.__version__.split(".")[0]) >= 6 else {}
     again = st.SentenceTransformer(str(tmp_path / "st"), device="cpu", **trust)
     assert type(again[0]) is ElmoModule and again[0].layer == "top" and again.max_seq_length == 4
+    assert again[0].freeze_bilm and not any(p.requires_grad for p in again[0].elmo.bilm.parameters())
     np.testing.assert_array_equal(again.encode(SENTENCES, convert_to_numpy=True), before)
     # max_seq_length=4 keeps the first 4 words: the same as embedding those words alone.
     short = model.encode(["The bank raised its"], convert_to_numpy=True)
     np.testing.assert_allclose(before[0], short[0], rtol=0, atol=ATOL)
+
+
+def test_sentence_transformer_trains_the_scalar_mix_of_a_frozen_bilm():
+    st = _require("sentence_transformers", "sentence-transformers")
+    from modeling_elmo.integrations.sentence_transformers import ElmoModule
+
+    elmo = ElmoModule("demo")  # layer "elmo", freeze_bilm=True: the paper's recipe
+    model = st.SentenceTransformer(modules=[elmo, _pooling()(elmo.get_embedding_dimension(), "mean")], device="cpu")
+    model.train()
+    features = model.preprocess(SENTENCES)
+    model(features)["sentence_embedding"].pow(2).sum().backward()
+    mix = elmo.elmo.scalar_mixes[0]
+    assert mix.scalar_parameters.grad is not None and mix.scalar_parameters.grad.abs().sum() > 0
+    assert mix.gamma.grad is not None
+    assert all(p.grad is None for p in elmo.elmo.char_cnn.parameters())
+    assert all(p.grad is None for p in elmo.elmo.bilm.parameters())
+    unfrozen = ElmoModule("demo", freeze_bilm=False)
+    unfrozen(unfrozen.preprocess(SENTENCES))["token_embeddings"].sum().backward()
+    assert all(p.grad is not None for p in unfrozen.elmo.char_cnn.parameters())
 
 
 def test_sentence_transformer_module_refuses_bad_settings():

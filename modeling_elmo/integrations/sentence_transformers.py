@@ -54,11 +54,14 @@ class ElmoModule(Module):
             biLM is frozen; untrained it weighs the layers equally), ``"average"`` (the mean of the ``L + 1``
             layers), ``"top"`` (the last LSTM layer), or a layer number ``0..L`` (0: the context-free vectors).
         max_seq_length: keep at most this many words of a text (``None``: all; ELMo has no length limit).
+        freeze_bilm: keep the character encoder and the LSTMs fixed (``requires_grad=False``) when the model trains,
+            as the paper does: only the scalar mix (and the modules after this one) learn, and the biLM runs without
+            autograd. ``False`` fine-tunes the whole biLM.
         model_kwargs: passed to ``ElmoModel.from_pretrained`` (e.g. ``{"dtype": torch.bfloat16}``).
     """
 
     config_file_name = "elmo_module_config.json"
-    config_keys = ["layer", "max_seq_length"]
+    config_keys = ["layer", "max_seq_length", "freeze_bilm"]
     modalities = ["text"]
 
     def __init__(
@@ -66,6 +69,7 @@ class ElmoModule(Module):
         model_name_or_path: str | os.PathLike | None = None,
         layer: str | int = "elmo",
         max_seq_length: int | None = None,
+        freeze_bilm: bool = True,
         model_kwargs: dict[str, Any] | None = None,
     ):
         super().__init__()
@@ -80,6 +84,9 @@ class ElmoModule(Module):
         if max_seq_length is not None and (not isinstance(max_seq_length, int) or max_seq_length < 1):
             raise ValueError(f"max_seq_length must be a positive integer or None, got {max_seq_length!r}")
         self.max_seq_length = max_seq_length
+        self.freeze_bilm = bool(freeze_bilm)
+        for part in (self.elmo.char_cnn, self.elmo.bilm):
+            part.requires_grad_(not self.freeze_bilm)
 
     def get_embedding_dimension(self) -> int:
         """The width of the token vectors, ``2 * projection_dim`` (``[forward; backward]``)."""
