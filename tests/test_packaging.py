@@ -134,3 +134,29 @@ def test_export_onnx_without_its_extra_names_the_extra():
     done = _run_without("onnxscript", code)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "onnxscript" in done.stdout and "modeling-elmo[export]" in done.stdout, done.stdout
+
+
+def test_wheel_declares_the_plugin_extras_and_the_spacy_factory(wheel):
+    path, _ = wheel
+    archive = zipfile.ZipFile(path)
+    meta_name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+    meta = email.message_from_bytes(archive.read(meta_name))
+    assert {"gensim", "sentence-transformers", "spacy"} <= set(meta.get_all("Provides-Extra"))
+    entry_points = archive.read(meta_name.replace("METADATA", "entry_points.txt")).decode()
+    assert "[spacy_factories]\nelmo = modeling_elmo.integrations.spacy:make_elmo" in entry_points
+    assert "modeling_elmo/integrations/spacy.py" in archive.namelist()
+
+
+def test_plugins_without_their_libraries_name_the_extra():
+    code = (
+        "import modeling_elmo, modeling_elmo.integrations, modeling_elmo.utils.static_vectors\n"
+        "for name, extra in [('sentence_transformers', 'sentence-transformers'), ('spacy', 'spacy')]:\n"
+        "    try:\n"
+        "        __import__('modeling_elmo.integrations.' + name)\n"
+        "    except ModuleNotFoundError as err:\n"
+        "        assert f'modeling-elmo[{extra}]' in str(err), err\n"
+        "        print('refused', name)\n"
+    )
+    done = _run_without("gensim,sentence_transformers,spacy", code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:2] == ["refused sentence_transformers", "refused spacy"], done.stdout

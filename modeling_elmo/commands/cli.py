@@ -5,6 +5,7 @@ Subcommands (``elmo SUBCOMMAND --help`` for each):
 - ``elmo convert``: original ``options.json`` + HDF5 weights to a model folder (``modeling_elmo.commands.convert``).
 - ``elmo embed``: a text file (or stdin) to an HDF5 file of ELMo vectors, one dataset per sentence.
 - ``elmo similar``: cosine similarities of one word's vectors in different sentences (one word, two senses).
+- ``elmo export-vectors``: a vocabulary's layer-0 vectors, word2vec format (``modeling_elmo.commands.export_vectors``).
 - ``elmo train-lm``: pretrain or fine-tune the biLM (``modeling_elmo.training.train_lm``).
 - ``elmo train-tagger``: train a sequence tagger, e.g. NER (``modeling_elmo.training.train_tagger``).
 
@@ -55,6 +56,10 @@ DELEGATED = {
     "download": (
         "modeling_elmo.commands.download",
         "download a released ELMo model by name (small, medium, original, original-5.5B...), convert it once",
+    ),
+    "export-vectors": (
+        "modeling_elmo.commands.export_vectors",
+        "write the context-independent layer-0 vectors of a vocabulary in word2vec format (text or binary)",
     ),
     "train-lm": ("modeling_elmo.training.train_lm", "pretrain or fine-tune the biLM language model"),
     "train-tagger": ("modeling_elmo.training.train_tagger", "train a sequence tagger (e.g. NER) on top of ELMo"),

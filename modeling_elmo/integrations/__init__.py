@@ -1,0 +1,53 @@
+"""ELMo inside other libraries: a sentence-transformers module and a spaCy pipeline component.
+
+Each lives in its own module, which imports its library; this package imports none of them:
+
+- ``modeling_elmo.integrations.sentence_transformers``: ``ElmoModule`` (the ``[sentence-transformers]`` extra).
+- ``modeling_elmo.integrations.spacy``: the ``"elmo"`` pipeline factory (the ``[spacy]`` extra).
+
+Static word2vec vectors (for gensim) are written by ``modeling_elmo.utils.static_vectors``.
+"""
+
+from __future__ import annotations
+
+import os
+
+# The layers a plug-in can hand on, besides a layer number 0..L (0: the character encoder's context-free vectors).
+LAYERS = ("elmo", "average", "top")
+
+
+def resolve_model_path(model: str | os.PathLike | None) -> str:
+    """A model folder, Hub id or released model's name as a folder or Hub id; ``None`` or ``"demo"``: the bundled
+    demo model (a toy-sized biLM trained on WikiText-2 by this project, not the released ELMo)."""
+    if model is None or model == "demo":
+        from ..commands.cli import demo_model_path
+
+        return str(demo_model_path())
+    from ..commands.download import resolve_pretrained
+
+    return resolve_pretrained(os.fspath(model))
+
+
+def check_layer(layer: str | int, n_layers: int, has_mix: bool) -> str | int:
+    """``layer`` checked: ``"elmo"`` (the first scalar mix; the model must have one), ``"average"`` (the mean of the
+    ``L + 1`` layers), ``"top"`` or a layer number ``0..L``. ``ValueError`` naming the choices otherwise."""
+    if isinstance(layer, str) and layer.isdigit():
+        layer = int(layer)
+    if isinstance(layer, bool) or not (layer in LAYERS or (isinstance(layer, int) and 0 <= layer <= n_layers)):
+        raise ValueError(f"layer must be one of {', '.join(LAYERS)} or a layer number 0..{n_layers}, got {layer!r}")
+    if layer == "elmo" and not has_mix:
+        raise ValueError('layer="elmo" needs a scalar mix; this model has none: use "average", "top" or a number')
+    return layer
+
+
+def select_layer(out, layer: str | int):
+    """The ``(B, W, 2P)`` vectors of ``layer`` from an ``ElmoModelOutput`` computed with ``output_hidden_states``."""
+    import torch
+
+    if layer == "elmo":
+        return out.elmo
+    if layer == "average":
+        return torch.stack(out.hidden_states).mean(dim=0)
+    if layer == "top":
+        return out.hidden_states[-1]
+    return out.hidden_states[layer]
