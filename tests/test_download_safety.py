@@ -226,6 +226,29 @@ def test_resume_without_a_validator_starts_again(server, fixture_files, tmp_path
     assert server.requested(WEIGHTS_PATH)[-1] is None
 
 
+def test_resume_checks_the_validator_of_the_answer(server, fixture_files, tmp_path, converted_fixture):
+    """A mirror that ignores ``If-Range`` answers a resume of an old partial file with ``206`` and its new ETag:
+    the partial file is dropped and the whole file fetched, not spliced."""
+    new = fixture_files[WEIGHTS_PATH]
+    server.ignore_if_range = True
+    downloads = tmp_path / ".downloads" / "small"
+    downloads.mkdir(parents=True)
+    (downloads / f"{WEIGHTS_NAME}.part").write_bytes(changed_weights(new)[:100_000])
+    meta = {"url": server.url + SMALL.weights, "total": len(new), "etag": '"old"'}
+    (downloads / f"{WEIGHTS_NAME}.part.json").write_text(json.dumps(meta), encoding="utf-8")
+    assert_same_weights(download(server, tmp_path), converted_fixture)
+    assert server.requested(WEIGHTS_PATH) == ["bytes=100000-", None]
+
+
+def test_last_modified_is_a_validator(server, tmp_path, converted_fixture):
+    """Without an ETag, ``Last-Modified`` vouches for the file: a dropped connection is resumed with ``Range``."""
+    server.validators = False
+    server.last_modified = "Wed, 21 Oct 2015 07:28:00 GMT"
+    server.cut[WEIGHTS_PATH] = 100_000
+    assert_same_weights(download(server, tmp_path), converted_fixture)
+    assert server.requested(WEIGHTS_PATH) == [None, "bytes=100000-"]
+
+
 def test_released_sha256_is_checked(server, fixture_files, tmp_path, monkeypatch, converted_fixture):
     """An entry of the model table that records sha256 hashes: the files must match them. (The real released
     files' hashes are not recorded in the table yet; this uses the test mirror's own files.)"""

@@ -16,7 +16,21 @@ HTTP ``Range`` request, in the same call (a few times) or the next one. A comple
 announced (``Content-Length``) and parse (JSON for the options, HDF5 for the weights); then the converter
 (``modeling_elmo.commands.convert``, with all its checks) writes ``CACHE/NAME`` atomically, and the downloaded
 files are deleted. Files that fail a check are deleted too, so that the next call fetches them anew; a failed call
-never leaves a ``CACHE/NAME`` folder. A later call finds ``CACHE/NAME`` and makes no request at all.
+never leaves a ``CACHE/NAME`` folder. A later call finds ``CACHE/NAME``, checks it cheaply (the config parses, the
+safetensors header reads and fits the file, the tokenizer files are there) and makes no request at all; a damaged
+folder is an error that says to use ``--force``.
+
+A partial file is resumed only when the server gave a validator (a strong ``ETag``, else ``Last-Modified``), sent
+back in ``If-Range`` and compared with the answer's: without one, the download starts again from zero, so that two
+versions of a file are never spliced. Where the model table records a file's sha256, the whole file must match it
+(the released files' hashes are not recorded yet). A download must average ``ELMO_DOWNLOAD_MIN_RATE`` bytes/s
+(default 1024) over each ``timeout`` window (60 s), or it stops with an error, its partial file kept: a trickling
+mirror fails in a minute or two instead of hours.
+
+Nothing outside ``CACHE`` is created, written or deleted: every folder below it is opened without following
+symbolic links and every file operation is relative to such a folder's descriptor (``_CacheFolder``); a symbolic
+link inside the cache (``.downloads``, a ``.part`` file, a forced ``CACHE/NAME``) is refused with an error naming
+it, and so is a file to write with another hard link or another owner. ``CACHE`` itself may be a symbolic link.
 
 ``CACHE`` is ``ELMO_CACHE_DIR``, or ``modeling_elmo`` under the Hugging Face home (``HF_HOME``, by default
 ``~/.cache/huggingface``). A lock file ``CACHE/.NAME.download.lock`` (``flock``) serialises calls for one model: a
@@ -171,6 +185,8 @@ def _known(name: str) -> str:
 def _damage(folder: Path) -> str | None:
     """Why a cached model folder is unusable, or None. Cheap: the config parses, the safetensors header reads and
     fits the file, the tokenizer files are there (loading the weights is the loader's job)."""
+    if not folder.is_dir():
+        return "it is not a folder"
     try:
         config = json.loads((folder / "config.json").read_bytes())
     except FileNotFoundError:
@@ -512,7 +528,7 @@ class _CacheFolder:
         self.refuse_link(name)
         if not stat.S_ISDIR(found.st_mode):
             raise self.refusal(name, "is not a folder")
-        shutil.rmtree(name, dir_fd=self.fd)
+        shutil.rmtree(name, dir_fd=self.fd, ignore_errors=True)  # what cannot go is fetched again or resumed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -637,12 +653,10 @@ def _fetch(
                 if response.status == 206:
                     found = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
                     total = int(found.group(3)) if found and found.group(3) != "*" else None
-                    if (
-                        found is None
-                        or int(found.group(1)) != have
-                        or total != meta.get("total")
-                        or _validator(response.headers) != _validator(meta)  # a server that ignored If-Range
-                    ):
+                    continues = found is not None and int(found.group(1)) == have
+                    if continues and have:  # the same file: its size and validator (a server may ignore If-Range)
+                        continues = total == meta.get("total") and _validator(response.headers) == _validator(meta)
+                    if not continues:
                         folder.remove(part, meta_name)  # not the continuation of our file
                         meta = {}
                         if attempts < _ATTEMPTS:
@@ -801,7 +815,8 @@ def main(argv: list[str] | None = None) -> int:
             "An interrupted download resumes; a second call uses the cache without any request."
         ),
         epilog=f"Names: {', '.join(released_model_names())}. Environment: {CACHE_DIR_ENV} (cache folder), "
-        f"{BASE_URL_ENV} (a mirror of {DEFAULT_BASE_URL}), HF_HUB_OFFLINE=1 (cache only).",
+        f"{BASE_URL_ENV} (a mirror of {DEFAULT_BASE_URL}), {MIN_RATE_ENV} (bytes/s a download must average over "
+        "each minute, default 1024, 0 for none), HF_HUB_OFFLINE=1 (cache only).",
     )
     parser.add_argument("name", nargs="?", help="released model: small, medium, original, original-5.5B, pubmed, pt")
     parser.add_argument("--list", action="store_true", help="list the released models and their URLs")
