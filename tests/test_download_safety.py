@@ -144,6 +144,17 @@ def test_symlinked_downloads_folder_is_refused(server, tmp_path, linked, force, 
         assert download(server, cache) == cache / "small"
 
 
+def test_symlinked_lock_file_is_refused(server, tmp_path):
+    cache = tmp_path / "cache"
+    user = user_folder(tmp_path)
+    before = snapshot(user)
+    cache.mkdir()
+    (cache / ".small.download.lock").symlink_to(user / "notes.txt")
+    with pytest.raises(DownloadError, match=r"\.small\.download\.lock is a symbolic link: refusing"):
+        download(server, cache)
+    assert snapshot(user) == before and server.requests == []
+
+
 def test_symlinked_model_folder_is_not_replaced(server, tmp_path):
     """``CACHE/small`` a symlink to a user folder: ``--force`` refuses to convert into it."""
     cache = tmp_path / "cache"

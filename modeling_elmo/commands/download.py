@@ -327,7 +327,7 @@ def download_released_model(
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise DownloadError(f"cannot create the ELMo cache folder {cache}: {err.strerror or err}") from err
-    with _model_lock(cache, canonical), _CacheFolder.open_root(cache) as root:
+    with _CacheFolder.open_root(cache) as root, _model_lock(root, canonical):
         if not force and os.path.lexists(target):  # another call finished it while this one waited
             return _checked(target, canonical)
         root.refuse_link(canonical)  # the converter replaces a forced folder: never what a link points to
@@ -767,8 +767,8 @@ def _read_meta(folder: _CacheFolder, name: str, hint: str) -> dict:
 
 
 @contextlib.contextmanager
-def _model_lock(cache: Path, name: str) -> Iterator[None]:
-    """Hold ``cache/.NAME.download.lock`` (``flock``), waiting for another call that holds it.
+def _model_lock(root: _CacheFolder, name: str) -> Iterator[None]:
+    """Hold ``CACHE/.NAME.download.lock`` (``flock``), waiting for another call that holds it.
 
     The file stays (an empty file): removing it while others wait would let two holders coexist. The kernel
     releases the lock of a killed process.
@@ -776,8 +776,12 @@ def _model_lock(cache: Path, name: str) -> Iterator[None]:
     if fcntl is None:
         yield
         return
-    path = cache / f".{name}.download.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0), 0o644)
+    path = root.path / f".{name}.download.lock"
+    try:
+        fd = os.open(path.name, os.O_RDWR | os.O_CREAT | _NOFOLLOW | _CLOEXEC, 0o644, dir_fd=root.fd)
+    except OSError:
+        root.refuse_link(path.name)  # a planted link: say so
+        raise
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
