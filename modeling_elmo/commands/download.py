@@ -453,7 +453,7 @@ class _CacheFolder:
         """The subfolder ``name`` (created if missing and ``create``), refused if it is a link or not a folder."""
         if create:
             with contextlib.suppress(FileExistsError):  # mkdir does not follow a link: one there exists
-                os.mkdir(name, 0o755, dir_fd=self.fd)
+                os.mkdir(name, 0o777, dir_fd=self.fd)  # the umask decides, as Path.mkdir
         self.refuse_link(name)
         try:
             fd = os.open(name, os.O_RDONLY | _DIRECTORY | _NOFOLLOW | _CLOEXEC, dir_fd=self.fd)
