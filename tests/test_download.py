@@ -44,7 +44,10 @@ class FileServer(ThreadingHTTPServer):
 
     ``requests`` lists ``(path, Range header)`` of every request. ``cut[path] = n`` makes the next response for
     ``path`` stop after ``n`` bytes and close the connection (once); ``stall[path] = n`` makes it send ``n`` bytes
-    and then wait until ``release`` is set. ``delay`` seconds pass before each response.
+    and then wait until ``release`` is set. ``delay`` seconds pass before each response. ``trickle[path] = s``
+    sends one byte every ``s`` seconds. ``validators = False`` leaves out the ``ETag`` (then ``last_modified``, if
+    set, is the validator, sent as ``Last-Modified``; without it every ``Range`` is honoured). ``ignore_if_range``
+    honours every ``Range`` whatever its ``If-Range`` says (a careless mirror).
     """
 
     daemon_threads = True
@@ -58,6 +61,10 @@ class FileServer(ThreadingHTTPServer):
         self.stalled = threading.Event()
         self.release = threading.Event()
         self.delay = 0.0
+        self.trickle: dict[str, float] = {}
+        self.validators = True
+        self.last_modified: str | None = None
+        self.ignore_if_range = False
         self.url = f"http://127.0.0.1:{self.server_address[1]}/"
 
     def requested(self, path: str) -> list[str | None]:
@@ -79,7 +86,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         etag = f'"{zlib.crc32(body):08x}"'
         start = 0
-        if range_header and self.headers.get("If-Range", etag) == etag:
+        validator = etag if server.validators else server.last_modified
+        if_range = self.headers.get("If-Range", validator)
+        if range_header and (server.ignore_if_range or validator is None or if_range == validator):
             start = int(re.fullmatch(r"bytes=(\d+)-", range_header).group(1))
             if start >= len(body):
                 self.send_response(416)
@@ -92,9 +101,19 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self.send_response(200)
         self.send_header("Content-Length", str(len(body) - start))
-        self.send_header("ETag", etag)
+        if server.validators:
+            self.send_header("ETag", etag)
+        if server.last_modified:
+            self.send_header("Last-Modified", server.last_modified)
         self.end_headers()
         payload = body[start:]
+        if self.path in server.trickle:
+            for i in range(len(payload)):  # until the client hangs up (BrokenPipeError ends the thread)
+                self.wfile.write(payload[i : i + 1])
+                self.wfile.flush()
+                if server.release.wait(server.trickle[self.path]):
+                    return
+            return
         if self.path in server.stall:
             self.wfile.write(payload[: server.stall.pop(self.path)])
             self.wfile.flush()
