@@ -87,7 +87,7 @@ def test_fill_blank_scores_are_the_two_directions_losses(lm_models):
         labels = batch.pop("vocab_ids")
         with torch.no_grad():
             base = lm.elmo(**batch, output_hidden_states=True)
-            states = lm._direction_states(base.hidden_states[-1])
+            states = torch.stack(base.hidden_states[-1].chunk(2, dim=-1))  # (2, B, W, P); eval: no dropout
             losses = lm.word_losses(states, lm.lm_targets(labels, base.mask.bool()))
         log_scores[word] = -(losses[0, 0, 0] + losses[1, 0, 2]).item()  # forward at "The", backward at "sat"
     # Ratios of the probabilities = differences of the summed log-probabilities (float32 log-softmax: ~1e-6).

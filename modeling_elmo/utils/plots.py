@@ -11,9 +11,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-# The file name `elmo train-tagger` writes into its output folder; the model card links it.
-SCALAR_MIX_PLOT = "scalar_mix_weights.png"
-
 
 def _pyplot():
     """``matplotlib.pyplot`` on the Agg backend, or a clear error when matplotlib is missing."""
@@ -130,7 +127,6 @@ def _save(fig, path: str | os.PathLike) -> Path:
 
 
 __all__ = [
-    "SCALAR_MIX_PLOT",
     "draw_similarity",
     "save_scalar_mix_plot",
     "save_similarity_plot",
