@@ -123,6 +123,20 @@ def test_bad_tagger_folder_is_refused_before_gradio_starts(tmp_path):
     assert main(["demo", "--tagger", str(tmp_path / "missing"), "--port", "1"]) == 1
 
 
+def test_space_app_builds_the_demo_from_a_checkout():
+    """``examples/space/app.py`` finds the checkout's package by itself and builds the same app (not served)."""
+    pytest.importorskip("gradio")
+    code = (
+        "import runpy, gradio; ns = runpy.run_path('examples/space/app.py'); "
+        "assert isinstance(ns['demo'], gradio.Blocks); print(ns['demo'].title)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=REPO, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0 and "ELMo demo" in done.stdout, done.stderr[-3000:]
+
+
 def _playwright_or_skip():
     missing = []
     if not CHROMIUM.exists():

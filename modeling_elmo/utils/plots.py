@@ -84,7 +84,7 @@ def scalar_mix_weights(model) -> list[tuple[list[float], float]]:
     for mix in getattr(elmo, "scalar_mixes", ()):
         with torch.no_grad():
             weights = torch.softmax(mix.scalar_parameters.float(), dim=0).tolist()
-        result.append((weights, float(mix.gamma)))
+            result.append((weights, float(mix.gamma.item())))
     return result
 
 
@@ -105,9 +105,9 @@ def save_scalar_mix_plot(path: str | os.PathLike, mixes: Sequence[tuple[Sequence
     ax.set_xticks(range(n_layers), ["0 (characters)"] + [f"{layer} (LSTM)" for layer in range(1, n_layers)])
     ax.set_xlabel("biLM layer")
     ax.set_ylabel("softmax-normalised weight")
-    ax.set_ylim(0, max(max(w) for w, _ in mixes) * 1.25)
+    ax.set_ylim(0, max(max(w) for w, _ in mixes) * 1.15)
     ax.set_title("Learned scalar-mix weights per layer", fontsize=11)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never over them
     fig.tight_layout()
     return _save(fig, path)
 
