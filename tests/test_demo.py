@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -172,10 +173,10 @@ def _wait_until_served(url: str, server: subprocess.Popen, timeout: float = 180.
     raise AssertionError(f"elmo demo did not serve {url} within {timeout:.0f} s")
 
 
-@pytest.mark.slow
-def test_demo_in_a_browser(tmp_path, tagger_dir):
-    """Start ``elmo demo``, compare a word's senses and tag a sentence in Chromium, take screenshots, and check that
-    the page asked nothing of any other address than the demo's own."""
+@contextlib.contextmanager
+def served_page(tmp_path: Path, *options: str):
+    """``elmo demo --port P *options`` in a subprocess, and a Chromium page on it; yields ``(page, requests)``,
+    ``requests`` the URL of every request the page made. The server is stopped on the way out."""
     sync_playwright = _playwright_or_skip()
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -184,7 +185,7 @@ def test_demo_in_a_browser(tmp_path, tagger_dir):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     env.pop("GRADIO_ANALYTICS_ENABLED", None)  # the command itself must turn analytics off
     server = subprocess.Popen(
-        [*command, "demo", "--port", str(port), "--tagger", str(tagger_dir)],
+        [*command, "demo", "--port", str(port), *options],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -200,33 +201,7 @@ def test_demo_in_a_browser(tmp_path, tagger_dir):
                 page = browser.new_page(viewport={"width": 1280, "height": 1000})
                 page.on("request", lambda request: requests.append(request.url))
                 page.goto(url + "/", wait_until="networkidle")
-
-                # Word senses: "bank" in sentences typed by the user.
-                page.locator("#senses-word textarea, #senses-word input").first.fill("bank")
-                page.locator("#senses-text textarea").fill(
-                    "He sat on the bank of the river .\nShe went to the bank to open an account .\n"
-                    "The bank raised the interest rate ."
-                )
-                page.locator("#senses-run").click()
-                summary = page.locator("#senses-summary")
-                summary.get_by_text("occurrences of").wait_for(timeout=120_000)
-                assert "3 occurrences of “bank”" in summary.inner_text()
-                page.locator("#senses-plot img").wait_for(timeout=60_000)
-                page.screenshot(path=tmp_path / "senses.png", full_page=True)
-
-                # Tagging: the forced tagger marks every word as a location.
-                page.get_by_role("tab", name="Tagging").click()
-                page.locator("#tag-text textarea, #tag-text input").first.fill("Ada went to Rome .")
-                page.locator("#tag-run").click()
-                result = page.locator("#tag-result")
-                result.get_by_text("Rome").wait_for(timeout=120_000)
-                text = result.inner_text()
-                assert "Rome" in text and "LOC" in text, text
-                page.screenshot(path=tmp_path / "tagging.png", full_page=True)
-
-                # Fill-in-the-blank: the demo model has no LM head, and the page says so.
-                page.get_by_role("tab", name="Fill in the blank").click()
-                page.get_by_text("Unavailable: this model has no LM head").wait_for(timeout=30_000)
+                yield page, requests
             finally:
                 browser.close()
     finally:
@@ -236,7 +211,58 @@ def test_demo_in_a_browser(tmp_path, tagger_dir):
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-    assert (tmp_path / "senses.png").stat().st_size > 10_000
     assert requests, "the browser recorded no request at all"
     outside = sorted({r for r in requests if not r.startswith((url + "/", "data:", "blob:"))})
     assert not outside, f"the page fetched from outside {url}: {outside}"
+
+
+@pytest.mark.slow
+def test_demo_in_a_browser(tmp_path, tagger_dir):
+    """Start ``elmo demo`` on the bundled demo model, compare a word's senses and tag a sentence in Chromium, take
+    screenshots, and check that the page asked nothing of any other address than the demo's own."""
+    with served_page(tmp_path, "--tagger", str(tagger_dir)) as (page, _):
+        # Word senses: "bank" in sentences typed by the user.
+        page.locator("#senses-word textarea, #senses-word input").first.fill("bank")
+        page.locator("#senses-text textarea").fill(
+            "He sat on the bank of the river .\nShe went to the bank to open an account .\n"
+            "The bank raised the interest rate ."
+        )
+        page.locator("#senses-run").click()
+        summary = page.locator("#senses-summary")
+        summary.get_by_text("occurrences of").wait_for(timeout=120_000)
+        assert "3 occurrences of “bank”" in summary.inner_text()
+        page.locator("#senses-plot img").wait_for(timeout=60_000)
+        page.screenshot(path=tmp_path / "senses.png", full_page=True)
+
+        # Tagging: the forced tagger marks every word as a location.
+        page.get_by_role("tab", name="Tagging").click()
+        page.locator("#tag-text textarea, #tag-text input").first.fill("Ada went to Rome .")
+        page.locator("#tag-run").click()
+        result = page.locator("#tag-result")
+        result.get_by_text("Rome").wait_for(timeout=120_000)
+        text = result.inner_text()
+        assert "Rome" in text and "LOC" in text, text
+        page.screenshot(path=tmp_path / "tagging.png", full_page=True)
+
+        # Fill-in-the-blank: the demo model has no LM head, and the page says so.
+        page.get_by_role("tab", name="Fill in the blank").click()
+        page.get_by_text("Unavailable: this model has no LM head").wait_for(timeout=30_000)
+    assert (tmp_path / "senses.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_fill_in_the_blank_in_a_browser(tmp_path, lm_models):
+    """A model folder with an LM head (the demo biLM under a random softmax): the view shows the words that
+    ``fill_blank`` ranks first."""
+    folder = tmp_path / "lm"
+    lm_models.lm.save_pretrained(folder)
+    lm_models.tokenizer.save_pretrained(folder)
+    sentence = "The ___ sat on the mat ."
+    best = next(iter(lm_models.fill_blank(sentence)))
+    with served_page(tmp_path, "--model", str(folder)) as (page, _):
+        page.get_by_role("tab", name="Fill in the blank").click()
+        page.locator("#fill-text textarea, #fill-text input").first.fill(sentence)
+        page.locator("#fill-run").click()
+        result = page.locator("#fill-result")
+        result.get_by_text(best).first.wait_for(timeout=120_000)
+        page.screenshot(path=tmp_path / "fill.png", full_page=True)

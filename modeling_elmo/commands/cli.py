@@ -7,6 +7,7 @@ Subcommands (``elmo SUBCOMMAND --help`` for each):
 - ``elmo similar``: cosine similarities of one word's vectors in different sentences (one word, two senses).
 - ``elmo train-lm``: pretrain or fine-tune the biLM (``modeling_elmo.training.train_lm``).
 - ``elmo train-tagger``: train a sequence tagger, e.g. NER (``modeling_elmo.training.train_tagger``).
+- ``elmo demo``: a web demo in the browser, served on this machine (``modeling_elmo.commands.demo``, Gradio).
 
 Without ``--model``, ``embed`` and ``similar`` use the demo model bundled in the package
 (``modeling_elmo/commands/demo_model``): a toy-sized biLM this project trained on WikiText-2, not the released
