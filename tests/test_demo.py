@@ -117,11 +117,13 @@ def test_gradio_is_imported_only_by_the_demo():
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=REPO)
 
 
-def test_bad_tagger_folder_is_refused_before_gradio_starts(tmp_path):
+def test_bad_tagger_folder_is_refused_before_gradio_starts(tmp_path, capsys):
     from modeling_elmo.commands.cli import main
 
-    pytest.importorskip("gradio")
+    gradio_before = "gradio" in sys.modules
     assert main(["demo", "--tagger", str(tmp_path / "missing"), "--port", "1"]) == 1
+    assert "--tagger" in capsys.readouterr().err
+    assert gradio_before or "gradio" not in sys.modules  # refused before the slow import
 
 
 def test_space_app_builds_the_demo_from_a_checkout():

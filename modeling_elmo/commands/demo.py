@@ -244,6 +244,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = build_parser(prog).parse_args(argv)
     if not 0 < args.port < 65536:
         raise CliError(f"--port must be between 1 and 65535, got {args.port}")
+    if args.tagger is not None and not Path(args.tagger, "config.json").is_file():  # before the slow imports
+        raise CliError(f"--tagger {args.tagger}: not a tagger folder (made by `elmo train-tagger`; no config.json)")
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"  # before gradio is imported: no calls home
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     try:
