@@ -36,3 +36,22 @@ def test_quickstart_notebook_runs(tmp_path):
         pass
     else:
         assert images, 'the "record" comparison should be plotted when matplotlib is installed'
+
+
+def test_the_notebook_is_saved_with_its_outputs_and_the_plot_of_the_word_it_names():
+    """The notebook on disk shows its results without running (outputs and plot saved by
+    scripts/save_notebook_outputs.py), and the plot is of the word its text announces."""
+    import json
+    import re
+
+    cells = json.loads(NOTEBOOK.read_text(encoding="utf-8"))["cells"]
+    code = [cell for cell in cells if cell["cell_type"] == "code"]
+    assert all(cell["outputs"] for cell in code), (
+        "a code cell has no saved output: run scripts/save_notebook_outputs.py"
+    )
+    heading = next("".join(c["source"]) for c in cells if "## One word" in "".join(c["source"]))
+    word = re.search(r'"(\w+)"', heading).group(1)
+    plotted = [cell for cell in code if any("image/png" in o.get("data", {}) for o in cell["outputs"])]
+    assert len(plotted) == 1, "the saved notebook should hold exactly one plot"
+    source = "".join(plotted[0]["source"])
+    assert f'ws.index("{word}")' in source and f'"{word}"' in source, f"the plot is not of {word!r}"

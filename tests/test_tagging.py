@@ -359,6 +359,13 @@ def test_command_end_to_end(tmp_path, capsys):
     assert "frozen biLM" in card and f"{100 * metrics['eval_f1']:.2f}" in card and "| labels |" in card
     index = {r.metric_type: r.metric_value for r in ModelCard.load(out / "README.md").data.eval_results}
     assert index["f1"] == pytest.approx(100 * metrics["eval_f1"], abs=0.01)  # the measured F1 in the model-index
+    # The plot of the learned scalar-mix weights: a PNG in the output folder, shown by the card.
+    plot = out / "scalar_mix_weights.png"
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    matplotlib_image = pytest.importorskip("matplotlib.image")
+    height, width, _ = matplotlib_image.imread(plot).shape  # decodes: a whole image, not a truncated file
+    assert height > 100 and width > 100
+    assert "![Learned scalar-mix weights per layer](scalar_mix_weights.png)" in card
 
     model = AutoModelForTokenClassification.from_pretrained(out)
     assert set(model.config.id2label.values()) == set(LABELS)  # IOB1 data, BIO model

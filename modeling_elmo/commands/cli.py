@@ -8,6 +8,7 @@ Subcommands (``elmo SUBCOMMAND --help`` for each):
 - ``elmo export-vectors``: a vocabulary's layer-0 vectors, word2vec format (``modeling_elmo.commands.export_vectors``).
 - ``elmo train-lm``: pretrain or fine-tune the biLM (``modeling_elmo.training.train_lm``).
 - ``elmo train-tagger``: train a sequence tagger, e.g. NER (``modeling_elmo.training.train_tagger``).
+- ``elmo demo``: a web demo in the browser, served on this machine (``modeling_elmo.commands.demo``, Gradio).
 
 Without ``--model``, ``embed`` and ``similar`` use the demo model bundled in the package
 (``modeling_elmo/commands/demo_model``): a toy-sized biLM this project trained on WikiText-2, not the released
@@ -63,6 +64,10 @@ DELEGATED = {
     ),
     "train-lm": ("modeling_elmo.training.train_lm", "pretrain or fine-tune the biLM language model"),
     "train-tagger": ("modeling_elmo.training.train_tagger", "train a sequence tagger (e.g. NER) on top of ELMo"),
+    "demo": (
+        "modeling_elmo.commands.demo",
+        "a web demo in the browser (Gradio): word senses, tagging, fill-in-the-blank",
+    ),
 }
 
 
@@ -1050,6 +1055,12 @@ def run_similar(args: argparse.Namespace) -> int:
     sentences = list(args.sentences) if example is None else list(example.sentences)
     if len(sentences) < 2:
         raise CliError("give at least two sentences to compare")
+    if args.plot:  # checked before the model loads
+        plot_dir = Path(args.plot).resolve().parent
+        if not plot_dir.is_dir():
+            raise CliError(f"--plot {args.plot}: the folder {plot_dir} does not exist")
+        if importlib.util.find_spec("matplotlib") is None:
+            raise CliError('--plot needs matplotlib: pip install matplotlib (or pip install "modeling-elmo[demo]")')
     device = resolve_device(args.device)
     tokenizer, model = load_model(args.model, device)
     n_layers = model.config.n_layers
@@ -1078,6 +1089,10 @@ def run_similar(args: argparse.Namespace) -> int:
     print(f"Layer 0 (characters only, no context) gives {same}: the differences above come from the context.")
     if example is not None and len(labels) == 4:
         print(sense_summary(example, sim))
+    if args.plot:
+        from ..utils.plots import save_similarity_plot
+
+        print(f"Wrote the heatmap to {save_similarity_plot(args.plot, word, labels, sim, layer_name)}")
     return 0
 
 
@@ -1299,6 +1314,7 @@ N-th sentence into a part file; process 0 merges them in input order and deletes
     )
     similar.add_argument("--model", help="model folder or Hub id (default: the bundled demo model)")
     similar.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, mps")
+    similar.add_argument("--plot", metavar="FILE", help="also draw the similarity heatmap into FILE (.png, .svg, .pdf)")
     similar.set_defaults(func=run_similar)
     return parser
 

@@ -47,7 +47,7 @@ from transformers import IntervalStrategy, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
 from ..commands.download import resolve_pretrained
-from ..model_card import hub_model_id, metric_results, write_model_card
+from ..model_card import SCALAR_MIX_PLOT, hub_model_id, metric_results, write_model_card
 from .arguments import ElmoArgumentParser
 from .checkpoints import CHECKPOINT_PATTERN, checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
@@ -1032,6 +1032,7 @@ def _train(
     hub_dataset = hub_model_id(data_args.dataset_name) if data_args.dataset_name else None
 
     def write_card() -> None:  # after the model is saved: the card reads its config's architectures
+        write_scalar_mix_plot(trainer.model, training_args.output_dir)  # before the card, which shows it
         write_model_card(
             training_args.output_dir,
             trainer.model.config,
@@ -1059,6 +1060,22 @@ def _train(
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return metrics
+
+
+def write_scalar_mix_plot(model, output_dir: str | os.PathLike) -> Path | None:
+    """Plot the tagger's learned scalar-mix weights into ``output_dir`` (none without ELMo mixes or matplotlib)."""
+    from ..utils.plots import save_scalar_mix_plot, scalar_mix_weights
+
+    mixes = scalar_mix_weights(model)
+    if not mixes:
+        return None
+    config = model.config
+    names = ["input mix"] * bool(config.tagger_elmo_input) + ["output mix"] * bool(config.tagger_elmo_output)
+    try:
+        return save_scalar_mix_plot(Path(output_dir) / SCALAR_MIX_PLOT, mixes, names)
+    except ImportError as err:  # matplotlib comes with the [train] extra; training itself does not need it
+        logger.warning("no plot of the scalar-mix weights: %s", err)
+        return None
 
 
 def _how_made(
