@@ -129,6 +129,42 @@ def sentence_targets(vocab_ids: torch.Tensor, lengths: torch.Tensor, bos_id: int
     return full
 
 
+def folder_has_softmax(folder) -> bool:
+    """Whether a local model folder's safetensors files hold ``softmax.weight`` (a converted or trained LM head);
+    ``ElmoForPreTraining.from_pretrained`` would otherwise start a random softmax. Reads file headers only."""
+    import os
+
+    from safetensors import safe_open
+
+    folder = os.fspath(folder)
+    for name in os.listdir(folder):
+        if name.endswith(".safetensors"):
+            with safe_open(os.path.join(folder, name), framework="pt") as handle:
+                if "softmax.weight" in handle.keys():
+                    return True
+    return False
+
+
+def load_language_model(name_or_path, device=None):
+    """``(ElmoForPreTraining, ElmoTokenizer)`` of a folder with a softmax, in eval mode; ``ValueError`` if the folder
+    has none (a plain ELMo folder, or the demo model, which ships without its softmax)."""
+    import os
+
+    from .modeling_elmo_pretraining import ElmoForPreTraining
+    from .tokenization_elmo import ElmoTokenizer
+
+    path = os.fspath(name_or_path)
+    if os.path.isdir(path) and not folder_has_softmax(path):
+        raise ValueError(
+            f"{path} holds no language-model softmax (softmax.weight): convert the released model with "
+            "--softmax_weight_file and --vocab_file, or use `elmo download original-lm`"
+        )
+    model = ElmoForPreTraining.from_pretrained(path).eval()
+    if device is not None:
+        model = model.to(device)
+    return model, ElmoTokenizer.from_pretrained(path)
+
+
 class ElmoSentenceScorer:
     """Scores sentences with an ``ElmoForPreTraining`` that holds a real softmax (see the module docstring).
 
@@ -154,7 +190,7 @@ class ElmoSentenceScorer:
             raise ValueError(f"softmax_dtype must be one of {', '.join(SOFTMAX_DTYPES)}, got {softmax_dtype!r}")
         vocab_size = getattr(model.config, "lm_vocab_size", 0)
         if not hasattr(model, "softmax") or not vocab_size:
-            raise ValueError("scoring needs an ElmoForPreTraining with its softmax (convert with --softmax_weight_file)")
+            raise ValueError("scoring needs an ElmoForPreTraining with its softmax (see --softmax_weight_file)")
         words = len(tokenizer.get_vocab()) - 1  # <pad> excluded
         if words != vocab_size:
             raise ValueError(f"the tokenizer has {words} words, the model's softmax {vocab_size}: not a pair")
@@ -266,13 +302,9 @@ def score_sentences(
     ``model`` is an ``ElmoForPreTraining`` with its softmax, or the folder (or Hub id) of one; ``tokenizer`` its
     ``ElmoTokenizer`` (default: loaded from the folder). See [`ElmoSentenceScorer`] for the rest.
     """
-    if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        from .modeling_elmo_pretraining import ElmoForPreTraining
-        from .tokenization_elmo import ElmoTokenizer
-
-        path = str(model)
-        model = ElmoForPreTraining.from_pretrained(path)
-        tokenizer = tokenizer if tokenizer is not None else ElmoTokenizer.from_pretrained(path)
+    if isinstance(model, str) or hasattr(model, "__fspath__"):
+        model, loaded_tokenizer = load_language_model(model)
+        tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
     if tokenizer is None:
         raise ValueError("give the model's tokenizer (or a folder to load both from)")
     scorer = ElmoSentenceScorer(model, tokenizer, stateful=stateful, softmax_dtype=softmax_dtype)
@@ -282,7 +314,9 @@ def score_sentences(
 __all__ = [
     "ElmoSentenceScorer",
     "add_boundaries",
+    "folder_has_softmax",
     "full_log_probs",
+    "load_language_model",
     "log_sum_exp_logits",
     "score_sentences",
     "sentence_targets",

@@ -5,6 +5,7 @@ Subcommands (``elmo SUBCOMMAND --help`` for each):
 - ``elmo convert``: original ``options.json`` + HDF5 weights to a model folder (``modeling_elmo.commands.convert``).
 - ``elmo embed``: a text file (or stdin) to an HDF5 file of ELMo vectors, one dataset per sentence.
 - ``elmo similar``: cosine similarities of one word's vectors in different sentences (one word, two senses).
+- ``elmo score``: sentence log-probabilities under the biLM's released softmax (``modeling_elmo.commands.score``).
 - ``elmo train-lm``: pretrain or fine-tune the biLM (``modeling_elmo.training.train_lm``).
 - ``elmo train-tagger``: train a sequence tagger, e.g. NER (``modeling_elmo.training.train_tagger``).
 
@@ -55,6 +56,10 @@ DELEGATED = {
     "download": (
         "modeling_elmo.commands.download",
         "download a released ELMo model by name (small, medium, original, original-5.5B...), convert it once",
+    ),
+    "score": (
+        "modeling_elmo.commands.score",
+        "log-probabilities and perplexity of sentences under the biLM's released softmax (JSON lines)",
     ),
     "train-lm": ("modeling_elmo.training.train_lm", "pretrain or fine-tune the biLM language model"),
     "train-tagger": ("modeling_elmo.training.train_tagger", "train a sequence tagger (e.g. NER) on top of ELMo"),
