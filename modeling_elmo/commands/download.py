@@ -51,7 +51,8 @@ CACHE_DIR_ENV = "ELMO_CACHE_DIR"
 # AllenNLP's bucket; also served as https://allennlp.s3.amazonaws.com/models/elmo/
 DEFAULT_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/"
 _OPTIONS_MAX_BYTES = 1 << 20  # an options.json is a few hundred bytes
-_WEIGHTS_MAX_BYTES = 4 << 30  # the largest released file (2x4096_512) is about 360 MB
+_WEIGHTS_MAX_BYTES = 4 << 30  # the largest released file (2x4096_512) is about 360 MB; its softmax 1.6 GB
+_VOCAB_MAX_BYTES = 256 << 20  # a vocabulary of the LM heads: 793,471 words, a few MB
 _ATTEMPTS = 5  # per file and call: a dropped connection is resumed this many times if each try brought bytes
 _CHUNK = 1 << 20
 
@@ -62,12 +63,18 @@ class DownloadError(OSError):
 
 @dataclass(frozen=True)
 class ReleasedModel:
-    """One released model: its name, the paths of its two files under the base URL, and what it is."""
+    """One released model: its name, the paths of its two files under the base URL, and what it is.
+
+    An LM head (``original-lm``...) also names its softmax weights (HDF5 ``softmax/W``, ``softmax/b``) and the
+    vocabulary whose lines are the softmax's rows; it converts to an ``ElmoForPreTraining`` folder.
+    """
 
     name: str
     options: str
     weights: str
     description: str
+    softmax: str | None = None
+    vocab: str | None = None
 
 
 def _allennlp(folder: str, description: str, name: str) -> ReleasedModel:
@@ -112,7 +119,35 @@ RELEASED_MODELS: dict[str, ReleasedModel] = {
         ),
     )
 }
-ALIASES = {"large": "original-5.5B", "5.5B": "original-5.5B", "portuguese": "pt"}
+
+
+def _with_lm_head(base: str, name: str, softmax: str, vocab: str, description: str) -> ReleasedModel:
+    model = RELEASED_MODELS[base]
+    return ReleasedModel(name, model.options, model.weights, description, softmax=softmax, vocab=vocab)
+
+
+# The LM heads (issue 28): the biLM of "original"/"original-5.5B" with the softmax weights and vocabularies that
+# LAMA (download_models.sh) and AllenNLP's unmerged elmo_perplexities.py fetch (see SOFTMAX_FACTS in the docs).
+RELEASED_MODELS |= {
+    model.name: model
+    for model in (
+        _with_lm_head(
+            "original",
+            "original-lm",
+            "2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_softmax_weights.hdf5",
+            "vocab-2016-09-10.txt",
+            "the original with its language-model softmax (793,471 words) and vocabulary, for scoring",
+        ),
+        _with_lm_head(
+            "original-5.5B",
+            "original-5.5B-lm",
+            "2x4096_512_2048cnn_2xhighway_5.5B/elmo_2x4096_512_2048cnn_2xhighway_5.5B_softmax_weights.hdf5",
+            "2x4096_512_2048cnn_2xhighway_5.5B/tf_checkpoint/vocab-enwiki-news-500000.txt",
+            "original-5.5B with its language-model softmax and vocabulary, for scoring",
+        ),
+    )
+}
+ALIASES = {"large": "original-5.5B", "5.5B": "original-5.5B", "portuguese": "pt", "large-lm": "original-5.5B-lm"}
 _BY_LOWER_NAME = {name.lower(): name for name in [*RELEASED_MODELS, *ALIASES]}
 _BY_LOWER_NAME |= {alias.lower(): target for alias, target in ALIASES.items()}
 
@@ -157,7 +192,45 @@ def _known(name: str) -> str:
 
 def _is_converted(folder: Path) -> bool:
     # The converter moves a folder into place only when it is complete; the files guard against a damaged one.
-    return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+    # An LM head's folder is sharded (its softmax is a file of its own).
+    weights = (folder / "model.safetensors").is_file() or (folder / "model.safetensors.index.json").is_file()
+    return (folder / "config.json").is_file() and weights
+
+
+def lm_head_urls(name: str, base_url: str | None = None) -> tuple[str, str] | None:
+    """The ``(softmax, vocabulary)`` URLs of a released LM head, or None for a model without one."""
+    model = RELEASED_MODELS[_known(name)]
+    if model.softmax is None:
+        return None
+    base = (base_url or default_base_url()).rstrip("/") + "/"
+    return base + model.softmax, base + model.vocab
+
+
+def _fetch_lm_head(
+    model: ReleasedModel, base_url: str | None, downloads: Path, manual: str, progress: bool, timeout: float
+) -> dict:
+    """Download an LM head's softmax and vocabulary (same resumable path); the converter's keyword arguments."""
+    urls = lm_head_urls(model.name, base_url)
+    if urls is None:
+        return {}
+    softmax_url, vocab_url = urls
+    lm_manual = (
+        f"{manual}, adding --softmax_weight_file SOFTMAX.hdf5 --vocab_file VOCAB.txt with the files {softmax_url} "
+        f"and {vocab_url}"
+    )
+    softmax = _fetch(
+        softmax_url,
+        downloads / Path(model.softmax).name,
+        _WEIGHTS_MAX_BYTES,
+        _check_hdf5,
+        lm_manual,
+        progress,
+        timeout,
+    )
+    vocab = _fetch(
+        vocab_url, downloads / Path(model.vocab).name, _VOCAB_MAX_BYTES, _check_text, lm_manual, progress, timeout
+    )
+    return {"softmax_weight_file": softmax, "vocab_file": vocab}
 
 
 def _manual_route(options_url: str, weights_url: str, target: Path) -> str:
@@ -179,8 +252,8 @@ def download_released_model(
     """The folder of a released ELMo model, downloaded and converted on first use (see the module's docstring).
 
     Args:
-        name: ``small``, ``medium``, ``original``, ``original-5.5B`` (``large``), ``pubmed``, ``pt``
-            ([`released_model_names`]); case-insensitive.
+        name: ``small``, ``medium``, ``original``, ``original-5.5B`` (``large``), ``pubmed``, ``pt``, and the LM heads
+            ``original-lm``, ``original-5.5B-lm`` ([`released_model_names`]); case-insensitive.
         cache_dir: where converted models live (default [`default_cache_dir`]).
         base_url: where the original files are (default [`default_base_url`]).
         force: download and convert again even if the folder exists.
@@ -244,6 +317,7 @@ def download_released_model(
                 progress,
                 timeout,
             )
+            lm_files = _fetch_lm_head(model, base_url, downloads, manual, progress, timeout)
         except BaseException:
             with contextlib.suppress(OSError):  # empty folders only: partial files stay for resuming
                 downloads.rmdir()
@@ -254,7 +328,7 @@ def download_released_model(
         try:
             # overwrite: a folder here is a damaged or forced one (we hold the model's lock)
             with _bars_off(not progress):  # also transformers' "Writing model shards"
-                convert(options, weights, target, overwrite=True, progress=progress)
+                convert(options, weights, target, overwrite=True, progress=progress, **lm_files)
         except ConversionError as err:
             _drop_downloads(downloads)  # wrong files: the next call fetches them anew
             raise DownloadError(
@@ -323,6 +397,16 @@ def _check_hdf5(path: Path) -> str | None:
             pass
     except OSError as err:
         return f"not a readable HDF5 file ({err})"
+    return None
+
+
+def _check_text(path: Path) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for _ in handle:
+                pass
+    except UnicodeDecodeError as err:
+        return f"not a UTF-8 vocabulary file ({err})"
     return None
 
 
@@ -502,6 +586,7 @@ def _list_models(base_url: str | None) -> str:
         also = f" (also: {', '.join(aliases)})" if aliases else ""
         lines.append(f"{name:<{width}}  {model.description}{also}")
         lines.append(f"{'':<{width}}  {model_urls(name, base_url)[1]}")
+        lines.extend(f"{'':<{width}}  {url}" for url in lm_head_urls(name, base_url) or ())
     return "\n".join(lines)
 
 
@@ -517,7 +602,12 @@ def main(argv: list[str] | None = None) -> int:
         epilog=f"Names: {', '.join(released_model_names())}. Environment: {CACHE_DIR_ENV} (cache folder), "
         f"{BASE_URL_ENV} (a mirror of {DEFAULT_BASE_URL}), HF_HUB_OFFLINE=1 (cache only).",
     )
-    parser.add_argument("name", nargs="?", help="released model: small, medium, original, original-5.5B, pubmed, pt")
+    parser.add_argument(
+        "name",
+        nargs="?",
+        help="released model: small, medium, original, original-5.5B, pubmed, pt; with the LM softmax: original-lm, "
+        "original-5.5B-lm",
+    )
     parser.add_argument("--list", action="store_true", help="list the released models and their URLs")
     parser.add_argument("--cache_dir", "--cache-dir", help=f"cache folder (default: ${CACHE_DIR_ENV} or HF_HOME's)")
     parser.add_argument("--base_url", "--base-url", help=f"where the files are (default: ${BASE_URL_ENV} or AllenNLP)")
