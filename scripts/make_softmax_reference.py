@@ -126,7 +126,7 @@ def main() -> None:
         fill.append({"text": " ".join(sentence), "masks": per_mask})
 
     reference = {
-        "source": "AllenNLP 2.10.1 _ElmoBiLm top layer x softmax/W + softmax/b, float64 (scripts/make_softmax_reference.py)",
+        "source": "AllenNLP 2.10.1 _ElmoBiLm top layer x W + b, float64 (scripts/make_softmax_reference.py)",
         "stateless_batch": stateless,
         "stateful_second_batch": stateful,
         "fill_mask": fill,
