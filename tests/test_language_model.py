@@ -263,9 +263,9 @@ def test_reduced_precision_error_is_bounded(lm):
         abs(got["forward_logprob"] - want["forward_logprob"]) / (len(want["words"]) + 1)
         for got, want in zip(results, reference, strict=True)
     ]
-    # bfloat16 products (8-bit mantissa) in the log-sum-exp; measured here up to ~2e-3 per word; the benchmark
-    # (benchmarks/bench_score.py) measures it at the original size.
-    assert max(per_word) < 1e-2
+    # bfloat16 products (8-bit mantissa) in the log-sum-exp: measured up to 8.5e-4 per word here (float16: 8e-5);
+    # benchmarks/bench_score.py measures it at the original size.
+    assert max(per_word) < 3e-3
     assert max(per_word) > 0  # the option does change the arithmetic
 
 
