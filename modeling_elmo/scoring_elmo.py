@@ -88,15 +88,16 @@ def log_sum_exp_logits(
     w = weight if compute_weight is None else compute_weight
     h = hidden.to(w.dtype)
     rows = max(1, block_elements // max(1, h.shape[0]))
-    running_max = torch.full((h.shape[0],), -math.inf, device=h.device)
-    running_sum = torch.zeros(h.shape[0], device=h.device)
+    total = torch.full((h.shape[0],), -math.inf, device=h.device)
     for start in range(0, w.shape[0], rows):
-        logits = (h @ w[start : start + rows].T).float() + bias[start : start + rows].float()  # (N, rows)
-        block_max = logits.max(dim=1).values
-        new_max = torch.maximum(running_max, block_max)
-        running_sum = running_sum * torch.exp(running_max - new_max) + torch.exp(logits - new_max[:, None]).sum(1)
-        running_max = new_max
-    return running_max + torch.log(running_sum)
+        block_w, block_b = w[start : start + rows], bias[start : start + rows]
+        if w.dtype == bias.dtype:  # one fused product and bias
+            logits = torch.addmm(block_b, h, block_w.T)  # (N, rows)
+        else:  # reduced precision: the bias is added in float32
+            logits = (h @ block_w.T).float() + block_b.float()
+        # torch.logsumexp is one fused pass (max, exp, sum); blocks combine exactly with logaddexp
+        total = torch.logaddexp(total, torch.logsumexp(logits.float(), dim=1))
+    return total
 
 
 def target_log_probs(
