@@ -100,31 +100,41 @@ class ElmoFillMaskPipeline(Pipeline):
                 words.append(MASK_INPUT_WORD)
             words.extend(self.tokenizer.tokenize(piece) if piece.strip() else [])
         encoded = self.tokenizer(words, is_split_into_words=True, return_tensors="pt")
+        flags = torch.zeros(1, len(words), dtype=torch.long)
+        flags[0, masks] = 1
         return {
             "input_ids": encoded["input_ids"],
             "attention_mask": encoded["attention_mask"],
-            "mask_positions": torch.tensor([masks]),
+            "mask_flags": flags,  # (1, W): 1 at the masks; a batch pads it with 0 like the attention mask
             "text": inputs,
         }
 
     def _forward(self, model_inputs):
         model = self.model
-        masks = model_inputs["mask_positions"][0]  # word indices; position in <S> w_1 .. </S> is index + 1
+        flags = model_inputs["mask_flags"].bool()  # (B, W)
         top, _ = top_layer_with_boundaries(model.elmo, model_inputs["input_ids"], model_inputs["attention_mask"])
-        forward, backward = top[0].to(model.softmax.weight.dtype).chunk(2, dim=-1)  # (T, P) each
-        hidden = torch.cat([forward[masks], backward[masks + 2]])  # (2M, P): just before and just after each mask
-        log_probs = torch.log_softmax(model.softmax(hidden).float(), dim=-1)  # (2M, V)
-        count = masks.numel()
-        mean = (log_probs[:count] + log_probs[count:]) / 2  # (M, V), LAMA's combination
-        return {"mean_log_probs": mean, "text": model_inputs["text"]}
+        forward, backward = top.to(model.softmax.weight.dtype).chunk(2, dim=-1)  # (B, T, P), <S> at position 0
+        rows, words = flags.nonzero(as_tuple=True)  # word i sits at position i + 1
+        hidden = torch.cat([forward[rows, words], backward[rows, words + 2]])  # (2K, P): just before and after
+        log_probs = torch.log_softmax(model.softmax(hidden).float(), dim=-1)  # (2K, V)
+        count = rows.numel()
+        mean = (log_probs[:count] + log_probs[count:]) / 2  # (K, V), LAMA's combination
+        # Batch-first for the pipeline's unbatching: (B, most masks of a text, V), and each text's count.
+        counts = flags.sum(dim=1)
+        slots = torch.cumsum(flags.long(), dim=1)[rows, words] - 1
+        per_text = mean.new_zeros(flags.shape[0], int(counts.max()), mean.shape[-1])
+        per_text[rows, slots] = mean
+        return {"mean_log_probs": per_text, "mask_counts": counts, "text": model_inputs["text"]}
 
     def postprocess(self, model_outputs, top_k=5, target_ids=None):
-        probs = torch.softmax(model_outputs["mean_log_probs"], dim=-1)  # (M, V)
+        count = int(model_outputs["mask_counts"][0])
+        probs = torch.softmax(model_outputs["mean_log_probs"][0, :count], dim=-1)  # (M, V)
         if target_ids is not None:
             probs = probs[:, target_ids]
             top_k = min(top_k, target_ids.numel())
         values, indices = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
         text = model_outputs["text"]
+        text = text if isinstance(text, str) else text[0]  # a batch of one keeps the list of the collation
         pieces = text.split(MASK)
         words = self.tokenizer.convert_ids_to_tokens
         result = []
