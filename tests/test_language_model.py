@@ -155,6 +155,22 @@ def test_bad_softmax_inputs_are_clear_errors(tmp_path, problem, match):
     assert _leftovers(tmp_path) == []
 
 
+def test_a_maxtermid_line_gets_no_row(tmp_path):
+    """bilm-tf's and lm_1b's vocabulary readers skip a line ``!!!MAXTERMID``: the rows of W number the other lines."""
+    options, weights, _, soft = _random_lm(tmp_path / "src")
+    words = vocabulary(50, (10, 20, 30))
+    vocab = write_vocab(tmp_path / "src" / "maxterm.txt", words[:25] + ["!!!MAXTERMID"] + words[25:])
+    out = tmp_path / "out"
+    convert(options, weights, out, vocab_file=vocab, softmax_weight_file=soft, progress=False)
+    tokenizer = ElmoTokenizer.from_pretrained(out)
+    assert len(tokenizer.get_vocab()) - 1 == 50 and "!!!MAXTERMID" not in tokenizer.get_vocab()
+    assert tokenizer.convert_tokens_to_ids([words[24], words[25], words[49]]) == [24, 25, 49]
+    assert ElmoForPreTraining.from_pretrained(out).config.lm_eos_vocab_id == 20
+    other = write_softmax(tmp_path / "src" / "other.hdf5", 49, 8)
+    with pytest.raises(ConversionError, match=r"has 50 words \(lines\) besides its !!!MAXTERMID line, but"):
+        convert(options, weights, tmp_path / "out2", vocab_file=vocab, softmax_weight_file=other, progress=False)
+
+
 def test_chunked_copy_equals_the_whole_array_whatever_the_chunk(tmp_path):
     soft = write_softmax(tmp_path / "s.hdf5", 103, 8, seed=3)
     from safetensors.numpy import load_file

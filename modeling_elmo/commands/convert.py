@@ -343,7 +343,9 @@ def convert(
         config = lm_config(config, softmax_info)
     state = read_original_weights(weight_file, config, progress=progress)
     try:
-        tokenizer = ElmoTokenizer(vocab_file=vocab_file, max_characters_per_token=config.max_characters_per_token)
+        # with a softmax, the vocabulary as its rows are numbered (a !!!MAXTERMID line skipped, as bilm-tf does)
+        words = {"vocab": softmax_info.vocab} if softmax_info is not None else {"vocab_file": vocab_file}
+        tokenizer = ElmoTokenizer(**words, max_characters_per_token=config.max_characters_per_token)
     except (ValueError, OSError) as err:
         raise ConversionError(f"invalid vocab file {os.fspath(vocab_file)}: {err}") from err
 

@@ -35,10 +35,16 @@ SOFTMAX_SHARD = "model-00002-of-00002.safetensors"
 DEFAULT_CHUNK_ROWS = 16384
 
 
+# bilm-tf's and lm_1b's vocabulary readers skip this line without giving it an id (bilm-tf data.py Vocabulary).
+MAXTERMID = "!!!MAXTERMID"
+
+
 @dataclass(frozen=True)
 class SoftmaxInfo:
-    """What [`check_softmax_file`] found: the vocabulary size, the width and the special words' ids."""
+    """What [`check_softmax_file`] found: the vocabulary (word -> row of W), its size, the width and the special
+    words' ids."""
 
+    vocab: dict
     vocab_size: int
     hidden_size: int
     bos_id: int
@@ -46,12 +52,25 @@ class SoftmaxInfo:
     unk_id: int
 
 
+def load_softmax_vocab(vocab_file: str | os.PathLike) -> tuple[dict[str, int], int]:
+    """The vocabulary of a softmax: word -> row of ``W``, and the number of lines skipped.
+
+    As ``load_bilm_vocab`` (one word per line, ``<S>``, ``</S>``, ``<UNK>`` found by name), except that a line
+    ``!!!MAXTERMID`` gets no id and the lines after it move up by one, as bilm-tf's and lm_1b's readers do.
+    """
+    vocab = load_bilm_vocab(vocab_file)
+    if MAXTERMID not in vocab:
+        return vocab, 0
+    skipped = vocab.pop(MAXTERMID)
+    return {word: index - (index > skipped) for word, index in vocab.items()}, 1
+
+
 def check_softmax_file(softmax_file: str | os.PathLike, vocab_file: str | os.PathLike, projection_dim: int):
     """Check a released softmax file against its vocabulary and the biLM's width, reading metadata only.
 
     Raises ``ConversionError`` naming the problem: not HDF5, links or unsafe storage, missing or extra datasets,
     shapes (``W`` must be ``(V, projection_dim)``, ``b`` ``(V,)``), a vocabulary whose line count is not ``V``, or
-    one without ``<S>``, ``</S>``, ``<UNK>`` (found by name, on any line).
+    one without ``<S>``, ``</S>``, ``<UNK>`` (found by name, on any line). A ``!!!MAXTERMID`` line is skipped.
     """
     import h5py
 
@@ -59,7 +78,7 @@ def check_softmax_file(softmax_file: str | os.PathLike, vocab_file: str | os.Pat
 
     softmax_file = os.fspath(softmax_file)
     try:
-        vocab = load_bilm_vocab(vocab_file)
+        vocab, skipped = load_softmax_vocab(vocab_file)
     except (ValueError, OSError, UnicodeDecodeError) as err:
         raise ConversionError(f"invalid vocab file {os.fspath(vocab_file)}: {err}") from err
     try:
@@ -88,13 +107,14 @@ def check_softmax_file(softmax_file: str | os.PathLike, vocab_file: str | os.Pat
     if b_shape != (w_shape[0],):
         raise ConversionError(f"softmax/b of {softmax_file} has shape {b_shape}, softmax/W {w_shape}: expected (V,)")
     if len(vocab) != w_shape[0]:
+        note = f" besides its {MAXTERMID} line" if skipped else ""
         raise ConversionError(
-            f"the vocab file {os.fspath(vocab_file)} has {len(vocab)} words (lines), but softmax/W of {softmax_file} "
-            f"has {w_shape[0]} rows: row i of W scores line i of the vocabulary, so they must be equal "
+            f"the vocab file {os.fspath(vocab_file)} has {len(vocab)} words (lines){note}, but softmax/W of "
+            f"{softmax_file} has {w_shape[0]} rows: row i of W scores line i of the vocabulary, so they must be equal "
             "(is it the vocabulary of this softmax?)"
         )
     bos, eos, unk = (vocab[word] for word in BILM_SPECIAL_WORDS)
-    return SoftmaxInfo(w_shape[0], w_shape[1], bos, eos, unk)
+    return SoftmaxInfo(vocab, w_shape[0], w_shape[1], bos, eos, unk)
 
 
 def lm_config(config: ElmoConfig, info: SoftmaxInfo) -> ElmoConfig:
@@ -191,5 +211,6 @@ __all__ = [
     "check_softmax_file",
     "copy_softmax_weight",
     "lm_config",
+    "load_softmax_vocab",
     "write_lm_folder",
 ]
