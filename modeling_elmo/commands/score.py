@@ -49,20 +49,24 @@ def main(argv: list[str] | None = None, prog: str = "elmo score") -> int:
         help="dtype of the softmax products (log-sum-exp sums stay float32; see docs/language-model.md for the "
         "measured error; default: %(default)s)",
     )
-    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1, mps")
+    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1, mps")
     parser.add_argument("--disable_tqdm", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.batch_size < 1:
         parser.error("--batch_size must be at least 1")
 
-    import torch
-
     from ..scoring_elmo import ElmoSentenceScorer, load_language_model
+    from .cli import CliError, resolve_device
     from .download import resolve_pretrained
 
     try:
+        device = resolve_device(args.device)
+    except CliError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    try:
         folder = resolve_pretrained(args.model, progress=not args.disable_tqdm)
-        model, tokenizer = load_language_model(folder, torch.device(args.device))
+        model, tokenizer = load_language_model(folder, device)
         scorer = ElmoSentenceScorer(model, tokenizer, stateful=args.stateful, softmax_dtype=args.softmax_dtype)
     except (OSError, ValueError, RuntimeError) as err:
         print(f"error: cannot load {args.model} for scoring: {err}", file=sys.stderr)
