@@ -5,7 +5,7 @@ Run in the AllenNLP 2.10.1 reference environment (``../shared/tools/allennlp/mak
     REFENV/bin/python scripts/make_softmax_reference.py [--allennlp_dir ../shared/tools/allennlp]
 
 The model files are written with ``tests/original_format.py`` and ``tests/softmax_format.py`` (seeded), with
-``<S>``, ``</S>`` and ``<UNK>`` on lines 57, 3 and 190 of the vocabulary. AllenNLP's ``_ElmoBiLm`` (a fresh,
+``<S>``, ``</S>`` and ``<UNK>`` on lines 58, 4 and 191 of the vocabulary. AllenNLP's ``_ElmoBiLm`` (a fresh,
 stateful instance: its first batch starts from zero states) gives the top layer at every position of
 ``<S> w_1 .. w_n </S>``; the top layer times ``W`` plus ``b`` then gives, in float64 here:
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = REPO / "tests" / "fixtures" / "softmax-lm"
-SPECIALS_AT = (57, 3, 190)  # lines of <S>, </S>, <UNK>
+SPECIALS_AT = (57, 3, 190)  # 0-based lines of <S>, </S>, <UNK> (lines 58, 4, 191)
 VOCAB_SIZE = 240
 WORDS = (
     "the cat sat on mat . a dog ran quietly to park and saw bird in tree it was small brown , of my house "
