@@ -134,6 +134,12 @@ def _register_pipelines() -> None:
     # The module registers the tasks "elmo-token-classification", "elmo-feature-extraction" and
     # "elmo-text-classification", and routes the stock "token-classification" for ELMo taggers, when imported.
     importlib.import_module(".pipelines_elmo", __name__)
+    _register_fill_mask_pipeline()
+
+
+def _register_fill_mask_pipeline() -> None:
+    # The task "elmo-fill-mask" (issue 28: fill-in-the-blank from the released softmax), kept apart to merge simply.
+    importlib.import_module(".pipelines_fill_mask_elmo", __name__).register_fill_mask_pipeline()
 
 
 def _register_what_is_due() -> None:

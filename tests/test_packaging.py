@@ -24,7 +24,9 @@ SHIPPED = {
     "modeling_elmo_pretraining.py",
     "modeling_elmo_tagging.py",
     "pipelines_elmo.py",
+    "pipelines_fill_mask_elmo.py",
     "py.typed",
+    "scoring_elmo.py",
     "softmax_elmo.py",
     "tokenization_elmo.py",
 }

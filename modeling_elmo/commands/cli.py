@@ -6,6 +6,7 @@ Subcommands (``elmo SUBCOMMAND --help`` for each):
 - ``elmo embed``: a text file (or stdin) to an HDF5 file of ELMo vectors, one dataset per sentence.
 - ``elmo similar``: cosine similarities of one word's vectors in different sentences (one word, two senses).
 - ``elmo export-vectors``: a vocabulary's layer-0 vectors, word2vec format (``modeling_elmo.commands.export_vectors``).
+- ``elmo score``: sentence log-probabilities under the biLM's released softmax (``modeling_elmo.commands.score``).
 - ``elmo train-lm``: pretrain or fine-tune the biLM (``modeling_elmo.training.train_lm``).
 - ``elmo train-tagger``: train a sequence tagger, e.g. NER (``modeling_elmo.training.train_tagger``).
 - ``elmo demo``: a web demo in the browser, served on this machine (``modeling_elmo.commands.demo``, Gradio).
@@ -61,6 +62,10 @@ DELEGATED = {
     "export-vectors": (
         "modeling_elmo.commands.export_vectors",
         "write the context-independent layer-0 vectors of a vocabulary in word2vec format (text or binary)",
+    ),
+    "score": (
+        "modeling_elmo.commands.score",
+        "log-probabilities and perplexity of sentences under the biLM's released softmax (JSON lines)",
     ),
     "train-lm": ("modeling_elmo.training.train_lm", "pretrain or fine-tune the biLM language model"),
     "train-tagger": ("modeling_elmo.training.train_tagger", "train a sequence tagger (e.g. NER) on top of ELMo"),

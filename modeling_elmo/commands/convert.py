@@ -3,7 +3,7 @@
 Command::
 
     elmo convert --options_file OPTIONS.json --weight_file WEIGHTS.hdf5 \
-        --output_dir OUT [--vocab_file VOCAB.txt] [--overwrite]
+        --output_dir OUT [--vocab_file VOCAB.txt] [--softmax_weight_file SOFTMAX.hdf5] [--overwrite]
 
 or ``python convert_original_weights.py ...`` from a checkout, or ``elmo-convert ...``; from Python,
 :func:`convert`. The folder holds ``config.json``,
@@ -275,6 +275,7 @@ def convert(
     vocab_file: str | os.PathLike | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    softmax_weight_file: str | os.PathLike | None = None,
 ) -> Path:
     """Convert original ELMo weights to a folder that ``ElmoModel.from_pretrained`` loads.
 
@@ -287,6 +288,9 @@ def convert(
             the tokenizer's word ids (language-model labels). The character ids do not need it.
         overwrite: replace an existing ``output_dir``.
         progress: show a progress bar while reading the weights.
+        softmax_weight_file: the released LM softmax (HDF5 ``softmax/W`` (V, P), ``softmax/b`` (V,)); needs
+            ``vocab_file`` (V lines). The folder is then an ``ElmoForPreTraining`` one with that softmax, written in
+            safetensors shards with bounded memory (see ``convert_softmax``).
 
     Returns:
         The output folder.
@@ -299,9 +303,16 @@ def convert(
     """
     inputs = [
         (label, os.fspath(path))
-        for label, path in (("options file", options_file), ("weight file", weight_file), ("vocab file", vocab_file))
+        for label, path in (
+            ("options file", options_file),
+            ("weight file", weight_file),
+            ("vocab file", vocab_file),
+            ("softmax weight file", softmax_weight_file),
+        )
         if path is not None
     ]
+    if softmax_weight_file is not None and vocab_file is None:
+        raise ConversionError("--softmax_weight_file needs --vocab_file: row i of softmax/W scores line i of it")
     for label, path in inputs:
         _check_readable(label, path)
     output_dir = Path(output_dir)
@@ -324,16 +335,25 @@ def convert(
     except (ValueError, TypeError, OverflowError, RecursionError) as err:
         reason = "nested too deeply" if isinstance(err, RecursionError) else err
         raise ConversionError(f"invalid options file {os.fspath(options_file)}: {reason}") from err
+    softmax_info = None
+    if softmax_weight_file is not None:  # checked before the biLM is read: a wrong file fails at once
+        from .convert_softmax import check_softmax_file, lm_config
+
+        softmax_info = check_softmax_file(softmax_weight_file, vocab_file, config.projection_dim)
+        config = lm_config(config, softmax_info)
     state = read_original_weights(weight_file, config, progress=progress)
     try:
-        tokenizer = ElmoTokenizer(vocab_file=vocab_file, max_characters_per_token=config.max_characters_per_token)
+        # with a softmax, the vocabulary as its rows are numbered (a !!!MAXTERMID line skipped, as bilm-tf does)
+        words = {"vocab": softmax_info.vocab} if softmax_info is not None else {"vocab_file": vocab_file}
+        tokenizer = ElmoTokenizer(**words, max_characters_per_token=config.max_characters_per_token)
     except (ValueError, OSError) as err:
         raise ConversionError(f"invalid vocab file {os.fspath(vocab_file)}: {err}") from err
 
-    model = ElmoModel(config)
-    # The scalar mixes are not in the original files: keep their neutral start (equal weights, gamma 1).
-    state.update({k: v for k, v in model.state_dict().items() if k.startswith("scalar_mixes.")})
-    model.load_state_dict(state, strict=True)
+    if softmax_info is None:
+        model = ElmoModel(config)
+        # The scalar mixes are not in the original files: keep their neutral start (equal weights, gamma 1).
+        state.update({k: v for k, v in model.state_dict().items() if k.startswith("scalar_mixes.")})
+        model.load_state_dict(state, strict=True)
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     with _output_lock(output_dir):
@@ -343,14 +363,19 @@ def convert(
         try:
             new = staging / "model"
             try:
-                model.save_pretrained(new)
+                if softmax_info is None:
+                    model.save_pretrained(new)
+                else:  # the LM head: the softmax is copied in chunks, never held whole
+                    from .convert_softmax import write_lm_folder
+
+                    write_lm_folder(new, state, softmax_weight_file, config, progress=progress)
             except SafetensorError as err:  # safetensors reports a full disk (EFBIG, ENOSPC) as its own error
                 raise OSError(f"writing model.safetensors failed: {err}") from err
             tokenizer.save_pretrained(new)
             write_model_card(
                 new,
-                model.config,
-                how_made=_provenance(options_file, weight_file, vocab_file),
+                config,
+                how_made=_provenance(options_file, weight_file, vocab_file, softmax_weight_file),
                 license="apache-2.0",  # AllenNLP's released ELMo models
             )
             _install(new, output_dir, staging)
@@ -505,9 +530,11 @@ def _install(new: Path, output_dir: Path, staging: Path) -> None:
         raise
 
 
-def _provenance(options_file, weight_file, vocab_file) -> str:
+def _provenance(options_file, weight_file, vocab_file, softmax_weight_file=None) -> str:
     """The model card's "How it was made" paragraph for a converted model."""
     vocab = f", vocabulary `{Path(vocab_file).name}`" if vocab_file is not None else ""
+    if softmax_weight_file is not None:
+        vocab += f", LM softmax `{Path(softmax_weight_file).name}` (kept as `softmax.weight`/`softmax.bias`)"
     return (
         f"Converted from the original AllenNLP/bilm-tf release (options `{Path(options_file).name}`, weights "
         f"`{Path(weight_file).name}`{vocab}) with `convert_original_weights.py` of the `modeling_elmo` package, "
@@ -591,6 +618,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--weight_file", required=True, help="the model's HDF5 weights")
     parser.add_argument("--output_dir", required=True, help="folder to write (must not exist or be empty)")
     parser.add_argument("--vocab_file", help="optional bilm-tf vocabulary file, for word ids (LM labels)")
+    parser.add_argument(
+        "--softmax_weight_file",
+        help="the released LM softmax (HDF5 softmax/W, softmax/b; needs --vocab_file): writes an ElmoForPreTraining "
+        "folder that `elmo score` and the elmo-fill-mask pipeline use",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output_dir")
     parser.add_argument("--disable_tqdm", action="store_true", help="no progress bars (transformers' flag name)")
     parser.add_argument("--no_progress", action="store_true", help=argparse.SUPPRESS)  # the old name
@@ -624,6 +656,7 @@ def main(argv: list[str] | None = None) -> int:
             vocab_file=args.vocab_file,
             overwrite=args.overwrite,
             progress=not (args.disable_tqdm or args.no_progress),
+            softmax_weight_file=args.softmax_weight_file,
         )
     except (FileNotFoundError, ConversionError) as err:
         print(f"error: {err}", file=sys.stderr)

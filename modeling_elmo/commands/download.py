@@ -42,7 +42,9 @@ second call waits for the first and then uses its folder. The progress bars foll
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
+import dataclasses
 import errno
 import hashlib
 import http.client
@@ -70,7 +72,8 @@ MIN_RATE_ENV = "ELMO_DOWNLOAD_MIN_RATE"
 # AllenNLP's bucket; also served as https://allennlp.s3.amazonaws.com/models/elmo/
 DEFAULT_BASE_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/"
 _OPTIONS_MAX_BYTES = 1 << 20  # an options.json is a few hundred bytes
-_WEIGHTS_MAX_BYTES = 4 << 30  # the largest released file (2x4096_512) is about 360 MB
+_WEIGHTS_MAX_BYTES = 4 << 30  # the largest released file (2x4096_512) is about 360 MB; its softmax 1.6 GB
+_VOCAB_MAX_BYTES = 256 << 20  # a vocabulary of the LM heads: 793,471 words, a few MB
 _ATTEMPTS = 5  # per file and call: a dropped connection is resumed this many times if each try brought bytes
 _CHUNK = 1 << 20
 # Bytes per second, averaged over each `timeout` window: a mirror trickling a byte now and then fails within a minute
@@ -85,7 +88,11 @@ class DownloadError(OSError):
 @dataclass(frozen=True)
 class ReleasedModel:
     """One released model: its name, the paths of its two files under the base URL, what it is, and optionally the
-    sha256 of each file (checked after the download when given)."""
+    sha256 of each file (checked after the download when given).
+
+    An LM head (``original-lm``...) also names its softmax weights (HDF5 ``softmax/W``, ``softmax/b``) and the
+    vocabulary whose lines are the softmax's rows; it converts to an ``ElmoForPreTraining`` folder.
+    """
 
     name: str
     options: str
@@ -95,6 +102,8 @@ class ReleasedModel:
     # them a download is checked by its announced size, its ETag/Last-Modified on resume, and its parse.
     options_sha256: str | None = None
     weights_sha256: str | None = None
+    softmax: str | None = None
+    vocab: str | None = None
 
 
 def _allennlp(folder: str, description: str, name: str) -> ReleasedModel:
@@ -139,7 +148,35 @@ RELEASED_MODELS: dict[str, ReleasedModel] = {
         ),
     )
 }
-ALIASES = {"large": "original-5.5B", "5.5B": "original-5.5B", "portuguese": "pt"}
+
+
+def _with_lm_head(base: str, name: str, softmax: str, vocab: str, description: str) -> ReleasedModel:
+    model = RELEASED_MODELS[base]
+    return ReleasedModel(name, model.options, model.weights, description, softmax=softmax, vocab=vocab)
+
+
+# The LM heads (issue 28): the biLM of "original"/"original-5.5B" with the softmax weights and vocabularies that
+# LAMA (download_models.sh) and AllenNLP's unmerged elmo_perplexities.py fetch (see SOFTMAX_FACTS in the docs).
+RELEASED_MODELS |= {
+    model.name: model
+    for model in (
+        _with_lm_head(
+            "original",
+            "original-lm",
+            "2x4096_512_2048cnn_2xhighway/elmo_2x4096_512_2048cnn_2xhighway_softmax_weights.hdf5",
+            "vocab-2016-09-10.txt",
+            "the original with its language-model softmax (793,471 words) and vocabulary, for scoring",
+        ),
+        _with_lm_head(
+            "original-5.5B",
+            "original-5.5B-lm",
+            "2x4096_512_2048cnn_2xhighway_5.5B/elmo_2x4096_512_2048cnn_2xhighway_5.5B_softmax_weights.hdf5",
+            "2x4096_512_2048cnn_2xhighway_5.5B/tf_checkpoint/vocab-enwiki-news-500000.txt",
+            "original-5.5B with its language-model softmax and vocabulary, for scoring",
+        ),
+    )
+}
+ALIASES = {"large": "original-5.5B", "5.5B": "original-5.5B", "portuguese": "pt", "large-lm": "original-5.5B-lm"}
 _BY_LOWER_NAME = {name.lower(): name for name in [*RELEASED_MODELS, *ALIASES]}
 _BY_LOWER_NAME |= {alias.lower(): target for alias, target in ALIASES.items()}
 
@@ -195,13 +232,28 @@ def _damage(folder: Path) -> str | None:
         config = None
     if not isinstance(config, dict):
         return "config.json is not a JSON object"
-    problem = _safetensors_damage(folder / "model.safetensors")
-    if problem is not None:
-        return problem
+    for weights in _weight_files(folder):
+        problem = _safetensors_damage(weights)
+        if problem is not None:
+            return problem
     for name in ("tokenizer_config.json", "tokenizer.json"):
         if not (folder / name).is_file():
             return f"{name} is missing"
     return None
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    """The safetensors files of a folder: ``model.safetensors``, or the shards its index names (an LM head's folder
+    is sharded: its softmax is a file of its own)."""
+    index = folder / "model.safetensors.index.json"
+    if not index.is_file():
+        return [folder / "model.safetensors"]
+    try:
+        weight_map = json.loads(index.read_bytes())["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return [index]  # reported as having no safetensors header
+    return [folder / Path(name).name for name in names]
 
 
 def _safetensors_damage(path: Path) -> str | None:
@@ -233,6 +285,33 @@ def _checked(folder: Path, canonical: str) -> Path:
             "download and convert it again"
         )
     return folder
+
+
+def lm_head_urls(name: str, base_url: str | None = None) -> tuple[str, str] | None:
+    """The ``(softmax, vocabulary)`` URLs of a released LM head, or None for a model without one."""
+    model = RELEASED_MODELS[_known(name)]
+    if model.softmax is None:
+        return None
+    base = (base_url or default_base_url()).rstrip("/") + "/"
+    return base + model.softmax, base + model.vocab
+
+
+def _fetch_lm_head(model: ReleasedModel, base_url: str | None, downloads, transfer) -> dict:
+    """Download an LM head's softmax and vocabulary (same resumable path); the converter's keyword arguments."""
+    urls = lm_head_urls(model.name, base_url)
+    if urls is None:
+        return {}
+    softmax_url, vocab_url = urls
+    lm_manual = (
+        f"{transfer.manual}, adding --softmax_weight_file SOFTMAX.hdf5 --vocab_file VOCAB.txt with the files "
+        f"{softmax_url} and {vocab_url}"
+    )
+    lm_transfer = dataclasses.replace(transfer, manual=lm_manual)
+    softmax = _fetch(softmax_url, downloads, Path(model.softmax).name, _WEIGHTS_MAX_BYTES, _check_hdf5, None,
+                     lm_transfer)  # fmt: skip
+    vocab = _fetch(vocab_url, downloads, Path(model.vocab).name, _VOCAB_MAX_BYTES, _check_text, None,
+                   lm_transfer)  # fmt: skip
+    return {"softmax_weight_file": softmax, "vocab_file": vocab}
 
 
 def _manual_route(options_url: str, weights_url: str, target: Path) -> str:
@@ -272,8 +351,8 @@ def download_released_model(
     """The folder of a released ELMo model, downloaded and converted on first use (see the module's docstring).
 
     Args:
-        name: ``small``, ``medium``, ``original``, ``original-5.5B`` (``large``), ``pubmed``, ``pt``
-            ([`released_model_names`]); case-insensitive.
+        name: ``small``, ``medium``, ``original``, ``original-5.5B`` (``large``), ``pubmed``, ``pt``, and the LM heads
+            ``original-lm``, ``original-5.5B-lm`` ([`released_model_names`]); case-insensitive.
         cache_dir: where converted models live (default [`default_cache_dir`]).
         base_url: where the original files are (default [`default_base_url`]).
         force: download and convert again even if the folder exists.
@@ -339,6 +418,7 @@ def download_released_model(
                                  _check_json, model.options_sha256, transfer)  # fmt: skip
                 weights = _fetch(weights_url, downloads, Path(model.weights).name, _WEIGHTS_MAX_BYTES,
                                  _check_hdf5, model.weights_sha256, transfer)  # fmt: skip
+                lm_files = _fetch_lm_head(model, base_url, downloads, transfer)
             except BaseException:
                 with contextlib.suppress(OSError):  # empty folders only: partial files stay for resuming
                     all_downloads.rmdir(canonical)
@@ -349,7 +429,7 @@ def download_released_model(
         try:
             # overwrite: a folder here is a forced one (we hold the model's lock)
             with _bars_off(not transfer.progress):  # also transformers' "Writing model shards"
-                convert(options, weights, target, overwrite=True, progress=transfer.progress)
+                convert(options, weights, target, overwrite=True, progress=transfer.progress, **lm_files)
         except ConversionError as err:
             _drop_downloads(root, canonical)  # wrong files: the next call fetches them anew
             raise DownloadError(
@@ -586,6 +666,17 @@ def _validator(headers_or_meta) -> str | None:
     return headers_or_meta.get("Last-Modified") or headers_or_meta.get("last_modified") or None
 
 
+def _check_text(file) -> str | None:
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    try:
+        while chunk := file.read(_CHUNK):
+            decoder.decode(chunk)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as err:
+        return f"not a UTF-8 vocabulary file ({err})"
+    return None
+
+
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 
 
@@ -806,6 +897,7 @@ def _list_models(base_url: str | None) -> str:
         also = f" (also: {', '.join(aliases)})" if aliases else ""
         lines.append(f"{name:<{width}}  {model.description}{also}")
         lines.append(f"{'':<{width}}  {model_urls(name, base_url)[1]}")
+        lines.extend(f"{'':<{width}}  {url}" for url in lm_head_urls(name, base_url) or ())
     return "\n".join(lines)
 
 
@@ -822,7 +914,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{BASE_URL_ENV} (a mirror of {DEFAULT_BASE_URL}), {MIN_RATE_ENV} (bytes/s a download must average over "
         "each minute, default 1024, 0 for none), HF_HUB_OFFLINE=1 (cache only).",
     )
-    parser.add_argument("name", nargs="?", help="released model: small, medium, original, original-5.5B, pubmed, pt")
+    parser.add_argument(
+        "name",
+        nargs="?",
+        help="released model: small, medium, original, original-5.5B, pubmed, pt; with the LM softmax: original-lm, "
+        "original-5.5B-lm",
+    )
     parser.add_argument("--list", action="store_true", help="list the released models and their URLs")
     parser.add_argument("--cache_dir", "--cache-dir", help=f"cache folder (default: ${CACHE_DIR_ENV} or HF_HOME's)")
     parser.add_argument("--base_url", "--base-url", help=f"where the files are (default: ${BASE_URL_ENV} or AllenNLP)")
