@@ -152,6 +152,19 @@ def close_released_name(name: str) -> str | None:
     return names[match[0]] if match else None
 
 
+def check_model_name(model: str | None) -> None:
+    """[`CliError`] for a ``--model`` that names no folder and is a misspelt released name (``orignal``), with the
+    suggestion: at once, before torch is imported or the Hub is asked."""
+    if model is None or os.path.exists(model):
+        return
+    suggestion = close_released_name(model)
+    if suggestion is not None:
+        raise CliError(
+            f"--model {model}: no such folder, and not a released model: did you mean {suggestion}? "
+            "(`elmo download --list` lists the released models)"
+        )
+
+
 def resolve_model(model: str | None) -> str:
     """``model`` as given, a released model's name as its converted folder (downloaded on first use), or the
     bundled demo model's folder; a clear error if none exists. A misspelt released name (``orignal``) that names
@@ -165,12 +178,7 @@ def resolve_model(model: str | None) -> str:
                     return str(download_released_model(model))
                 except DownloadError as err:
                     raise CliError(f"--model {model}: {err}") from err
-            suggestion = close_released_name(model)
-            if suggestion is not None:
-                raise CliError(
-                    f"--model {model}: no such folder, and not a released model: did you mean {suggestion}? "
-                    "(`elmo download --list` lists the released models)"
-                )
+            check_model_name(model)
         if os.path.isdir(model) and not os.path.isfile(os.path.join(model, "config.json")):
             raise CliError(
                 f"--model {model} is not a folder with config.json: a model folder (made by `elmo convert` or "
@@ -859,6 +867,7 @@ def run_embed(args: argparse.Namespace) -> int:
         what = "not found" if not os.path.exists(args.input) else "is not a regular file"
         raise CliError(f"input file {args.input} {what}")
     check_device_name(args.device)
+    check_model_name(args.model)
     # Before the model loads: a file that is not UTF-8 fails now (its lines are counted on the way, for the bar).
     args.input_lines = None if stdin else scan_text_file(args.input)
 
@@ -1106,6 +1115,7 @@ def run_similar(args: argparse.Namespace) -> int:
     sentences = list(args.sentences) if example is None else list(example.sentences)
     if len(sentences) < 2:
         raise CliError("give at least two sentences to compare")
+    check_model_name(args.model)
     device = resolve_device(args.device)
     tokenizer, model = load_model(args.model, device)
     n_layers = model.config.n_layers
@@ -1272,8 +1282,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""Embed text into an HDF5 file of ELMo vectors, in the layout of AllenNLP's `allennlp elmo`.
 
-Input: one sentence per line (line i is sentence i; an empty line is a sentence of zero words). Each line is
-split into words by the model's tokenizer (punctuation split off, as the released models were trained), or
+Input: one sentence per line (line i is sentence i; an empty line is a sentence of zero words; an empty file
+gives a file of zero sentences, exit 0, with a warning on stderr), UTF-8 (checked before the model loads). Each
+line is split into words by the model's tokenizer (punctuation split off, as the released models were trained), or
 with --tokenized on whitespace only, keeping your tokens (`I do n't know .` stays 5 words), as AllenNLP and
 flair read lines. With --raw: free text, paragraphs (separated by blank lines) split into sentences at . ! ?
 followed by a capitalised word (simple rules; abbreviations such as Mr. and e.g. do not end a sentence).

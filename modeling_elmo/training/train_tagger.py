@@ -871,11 +871,27 @@ def _tagger_trainer_class():
                 super().on_log(*args, **kwargs)
 
     class StderrProgressCallback(ProgressCallback):
+        """The Trainer's bar on stderr, drawn complete once.
+
+        The stock callback draws the complete bar up to four times: at the last step, again under each log line of
+        the end (the last evaluation's metrics, the summary: tqdm.write draws the bar anew below its line), and when
+        the bar closes; a captured log (CI, ``2>&1 | tee``) shows each. Here the last step is counted without
+        drawing, and the bar closes (drawing itself complete, once) before the first log line after the last step.
+        """
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.training_bar is not None and state.global_step >= state.max_steps:
+                self.training_bar.n = self.current_step = state.global_step  # drawn when the bar closes
+                return
+            super().on_step_end(args, state, control, **kwargs)
+
         def on_log(self, args, state, control, logs=None, **kwargs):  # tqdm.write prints to stdout
-            if self.training_bar is not None and logs and "train_runtime" in logs:
-                # The summary comes once training is over: the bar ends first, so that it is drawn complete once
-                # (tqdm.write would draw it again below the summary, and closing it a third time).
-                self.training_bar.close()
+            bar = self.training_bar
+            if bar is not None and (bar.n >= state.max_steps or "train_runtime" in (logs or {})):
+                if self.prediction_bar is not None:  # the last evaluation's (logged before on_evaluate closes it)
+                    self.prediction_bar.close()
+                    self.prediction_bar = None
+                bar.close()  # training is over; closing twice (on_train_end) does nothing
             with contextlib.redirect_stdout(sys.stderr):
                 super().on_log(args, state, control, logs=logs, **kwargs)
 
