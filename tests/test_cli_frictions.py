@@ -200,3 +200,19 @@ def test_train_tagger_is_quiet_and_draws_its_final_bar_once(tagger_files):
     assert len(drawn) == 1, drawn
     summary = next(i for i, line in enumerate(done.stderr.splitlines()) if "'train_runtime'" in line)
     assert summary > next(i for i, line in enumerate(done.stderr.splitlines()) if "| 3/3 [" in line)  # bar first
+
+
+def test_train_lm_draws_its_final_bar_once(tmp_path):
+    """The same bar in `elmo train-lm` (before: drawn complete four times in a captured log)."""
+    pytest.importorskip("datasets")
+    (tmp_path / "lm.txt").write_text("the cat sat on the mat . a dog ran in the park .\n" * 20)
+    done = _elmo(
+        "train-lm", "--train_file", "lm.txt", "--eval_file", "lm.txt", "--eval_strategy", "steps", "--eval_steps", "3",
+        "--output_dir", "out", "--max_steps", "3", "--lstm_dim", "16", "--projection_dim", "8", "--n_highway", "1",
+        "--char_embedding_dim", "4", "--char_cnn_filters", "1:4,2:8", "--num_samples", "5",
+        "--per_device_train_batch_size", "8",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    drawn = [part for part in re.split(r"[\r\n]", done.stderr) if re.search(r"\b100%\|.*\| 3/3 \[", part)]
+    assert len(drawn) == 1, drawn

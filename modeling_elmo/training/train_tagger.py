@@ -792,25 +792,6 @@ class TrainingClock:
         return (self.stopped or time.monotonic()) - self.started - self.excluded
 
 
-class OneTrainingBar(TrainerCallback):
-    """transformers' own progress bars (a checkpoint's "Writing model shards", the best model's "Loading weights")
-    off while the Trainer's training bar is on screen, and back as they were when training ends.
-
-    Such a bar opens below the training bar and moves the cursor: the training bar's last state stayed behind on
-    its line, and the bar was drawn again, complete, when it closed: the final bar printed twice."""
-
-    def __init__(self) -> None:
-        self.were_enabled = False
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.were_enabled = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.were_enabled:
-            hf_logging.enable_progress_bar()
-
-
 class TimeBudget(TrainerCallback):
     """Stop training once ``budget`` seconds of training (evaluation excluded) have passed; checked after every
     step. ``budget`` 0: no limit (the clock still runs, for ``train_seconds``)."""
@@ -844,10 +825,13 @@ def _tagger_trainer_class():
     - It times its evaluations (``evaluations``: step, metrics, seconds), so that the training clock leaves them
       out and the final evaluation is not repeated.
     - The Trainer's log lines (loss, learning rate) go to stderr: stdout carries only the command's JSON result.
+    - Its progress bar is drawn complete once, with no checkpoint's bar inside it (``progress.use_one_bar``).
     """
     from transformers import Trainer
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from transformers.trainer_callback import PrinterCallback
     from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+
+    from .progress import OneCompleteBar, use_one_bar
 
     class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
         """Length-grouped order from a generator seeded with ``seed + epoch`` (``set_epoch`` is called by the
@@ -870,42 +854,20 @@ def _tagger_trainer_class():
             with contextlib.redirect_stdout(sys.stderr):
                 super().on_log(*args, **kwargs)
 
-    class StderrProgressCallback(ProgressCallback):
-        """The Trainer's bar on stderr, drawn complete once.
-
-        The stock callback draws the complete bar up to four times: at the last step, again under each log line of
-        the end (the last evaluation's metrics, the summary: tqdm.write draws the bar anew below its line), and when
-        the bar closes; a captured log (CI, ``2>&1 | tee``) shows each. Here the last step is counted without
-        drawing, and the bar closes (drawing itself complete, once) before the first log line after the last step.
-        """
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if self.training_bar is not None and state.global_step >= state.max_steps:
-                self.training_bar.n = self.current_step = state.global_step  # drawn when the bar closes
-                return
-            super().on_step_end(args, state, control, **kwargs)
-
-        def on_log(self, args, state, control, logs=None, **kwargs):  # tqdm.write prints to stdout
-            bar = self.training_bar
-            if bar is not None and (bar.n >= state.max_steps or "train_runtime" in (logs or {})):
-                if self.prediction_bar is not None:  # the last evaluation's (logged before on_evaluate closes it)
-                    self.prediction_bar.close()
-                    self.prediction_bar = None
-                bar.close()  # training is over; closing twice (on_train_end) does nothing
+    class StderrProgressCallback(OneCompleteBar):
+        def on_log(self, *args, **kwargs):  # tqdm.write prints to stdout
             with contextlib.redirect_stdout(sys.stderr):
-                super().on_log(args, state, control, logs=logs, **kwargs)
+                super().on_log(*args, **kwargs)
 
     class TaggerTrainer(Trainer):
         def __init__(self, *args, time_budget: float = 0.0, **kwargs):
             super().__init__(*args, **kwargs)
-            replacements = ((PrinterCallback, StderrPrinterCallback), (ProgressCallback, StderrProgressCallback))
-            for printer, replacement in replacements:
-                if self.callback_handler.pop_callback(printer) is not None:
-                    self.add_callback(replacement)
+            if self.callback_handler.pop_callback(PrinterCallback) is not None:
+                self.add_callback(StderrPrinterCallback)
+            use_one_bar(self, StderrProgressCallback)
             self.clock = TrainingClock()
             self.budget = TimeBudget(self.clock, time_budget)
             self.add_callback(self.budget)
-            self.add_callback(OneTrainingBar())
             self.evaluations: list[tuple[int, dict[str, float], float]] = []
             self.write_card: Callable[[], Any] | None = None
 
