@@ -140,6 +140,8 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         Returns:
             [`SequenceClassifierOutput`] with ``loss`` (with ``labels``) and ``logits`` ``(B, K)``.
         """
+        if labels is not None and not isinstance(labels, torch.Tensor):  # before the biLM runs, as the heads do
+            raise TypeError(f"labels must be a torch.Tensor (e.g. torch.tensor(labels)), got {type(labels).__name__}")
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         # Down into the biLM once: the word mask and the mix come back.
@@ -192,6 +194,12 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
                 raise ValueError(
                     f"multi-label classification labels must be ({batch}, {k}) targets in [0, 1], got "
                     f"{tuple(labels.shape)}"
+                )
+            # BCE of a target outside [0, 1] (or NaN) is still a number, but no probability: refused, not trained on.
+            outside = ~((labels >= 0) & (labels <= 1))
+            if bool(outside.any()):
+                raise ValueError(
+                    f"multi-label classification targets must be in [0, 1], got {labels[outside][:5].tolist()}"
                 )
             return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
         raise ValueError(f"problem_type must be one of {', '.join(PROBLEM_TYPES)} or None, got {problem!r}")

@@ -885,10 +885,22 @@ class ElmoTokenizer(TokenizersBackend):
             **kwargs,
         )
 
+    def _check_vocab_id_range(self, ids: list) -> None:
+        """``ValueError`` naming the first id past the vocabulary: the Rust tokenizer answers None for it, or an
+        ``OverflowError`` past 2**32."""
+        size = len(self)
+        too_large = next((index for index in ids if _is_int(index) and index >= size), None)
+        if too_large is not None:
+            raise ValueError(
+                f"convert_ids_to_tokens: token id {too_large} is not in the vocabulary (ids are in [0, {size}), "
+                "or negative for padding)"
+            )
+
     def convert_ids_to_tokens(self, ids, skip_special_tokens: bool = False):
         """Vocabulary ids to words (None for ids < 0), or character rows ``(W, C)`` to their words.
 
-        A padding row becomes the pad token (or is skipped with ``skip_special_tokens``).
+        A padding row becomes the pad token (or is skipped with ``skip_special_tokens``). An id past the
+        vocabulary is a ``ValueError`` naming it.
         """
         ids = to_py_obj(ids)
         if isinstance(ids, list) and ids and all(isinstance(row, list) for row in ids):
@@ -902,8 +914,10 @@ class ElmoTokenizer(TokenizersBackend):
                 return [word for word in words if word is not None]
             return [self.pad_token if word is None else word for word in words]
         if _is_int(ids):
+            self._check_vocab_id_range([ids])
             return None if ids < 0 else super().convert_ids_to_tokens(int(ids))
         if isinstance(ids, list):
+            self._check_vocab_id_range(ids)
             if skip_special_tokens:
                 return super().convert_ids_to_tokens([index for index in ids if index >= 0], skip_special_tokens=True)
             return [None if index < 0 else self._tokenizer.id_to_token(int(index)) for index in ids]

@@ -45,6 +45,7 @@ from .arguments import ElmoArgumentParser
 from .checkpoints import checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
 from .lm_data import ElmoLMCollator, ElmoLMStreamCollator, load_lm_datasets, load_text_datasets
+from .progress import use_one_bar
 
 logger = logging.getLogger("modeling_elmo.training.train_lm")
 
@@ -750,6 +751,7 @@ def _run(
         processing_class=tokenizer,
         optimizer_cls_and_kwargs=training_args.optimizer_cls_and_kwargs(),
     )
+    use_one_bar(trainer)  # its bar drawn complete once, no checkpoint's bar inside it
 
     printed = None
     if train_set is not None:

@@ -182,18 +182,6 @@ def _no_elmo_bilm_config() -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def quiet_load_report() -> Iterator[None]:
-    """Silence transformers' LOAD REPORT table (logged as a warning by ``transformers.modeling_utils``)."""
-    report_logger = hf_logging.get_logger("transformers.modeling_utils")
-    level = report_logger.level
-    report_logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        report_logger.setLevel(level)
-
-
 def _has_tokenizer(folder: str | os.PathLike) -> bool:
     return any((Path(folder) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
 
@@ -201,8 +189,8 @@ def _has_tokenizer(folder: str | os.PathLike) -> bool:
 def build_model_and_tokenizer(args: ModelArguments, labels: list[str], train_sentences: list[list[str]]):
     """The tagger (biLM weights from ``args.bilm`` unless ``--no_elmo``) and its tokenizer.
 
-    The load of the biLM is quiet: the tagger's head is new, so transformers' LOAD REPORT would list every head
-    weight as MISSING. What matters is checked by ``ElmoForTokenClassification.from_pretrained`` itself: biLM
+    The load of the biLM is quiet: the tagger declares its head's weights as new, so transformers' LOAD REPORT has
+    nothing to list. What matters is checked by ``ElmoForTokenClassification.from_pretrained`` itself: biLM
     weights that are missing or do not fit the config raise ``ValueError``.
     """
     from ..configuration_elmo import ElmoConfig
@@ -254,8 +242,11 @@ def build_model_and_tokenizer(args: ModelArguments, labels: list[str], train_sen
     if args.no_elmo:
         model = ElmoForTokenClassification(ElmoConfig(**_no_elmo_bilm_config(), **head))
     else:
-        with quiet_load_report():
-            model = ElmoForTokenClassification.from_pretrained(args.bilm, **head)
+        # Quiet without touching transformers' loggers: the head's weights are declared new
+        # (_keys_to_ignore_on_load_missing), so transformers has nothing to report. (Raising the level of
+        # transformers.modeling_utils' logger, as this command once did, is what made transformers check the
+        # tensor-parallel plan and print "The following layers were not sharded: crf.constraint_mask, ...".)
+        model = ElmoForTokenClassification.from_pretrained(args.bilm, **head)
     if model.config.max_characters_per_token != tokenizer.max_characters_per_token:
         raise ValueError(
             f"the tokenizer writes {tokenizer.max_characters_per_token} characters per word but the biLM reads "
@@ -351,7 +342,15 @@ class ModelArguments:
     """The biLM the tagger reads, and the tagger's own head."""
 
     bilm: str | None = field(
-        default=None, metadata={"help": "an ElmoModel folder (converted or trained); its biLM is the tagger's"}
+        default=None,
+        metadata={
+            # train-lm's name for the same thing, so that one spelling works in both commands.
+            "aliases": ["--model_name_or_path"],
+            "metavar": "PATH",
+            "help": "the biLM whose layers the tagger mixes: an ElmoModel folder (converted or trained) or a released "
+            "model's name (elmo download --list); --bilm and --model_name_or_path (train-lm's name) are the same "
+            "flag, as are the keys bilm and model_name_or_path of a config file",
+        },
     )
     no_elmo: bool = field(default=False, metadata={"help": "baseline without ELMo: word embeddings only"})
     word_input: str = field(
@@ -589,9 +588,16 @@ def check_run(model_args: ModelArguments, data_args: DataArguments, training_arg
     if model_args.no_elmo and model_args.word_input != "embedding":
         raise ValueError("--no_elmo is the word-embedding baseline: it needs --word_input embedding")
     if not model_args.no_elmo and not model_args.bilm:
-        raise ValueError("give --bilm PATH (an ElmoModel folder), or --no_elmo for the baseline without ELMo")
+        raise ValueError(
+            "give --bilm PATH (or --model_name_or_path PATH: an ElmoModel folder or a released model's name), or "
+            "--no_elmo for the baseline without ELMo"
+        )
     if model_args.bilm and not Path(model_args.bilm).is_dir():
-        raise ValueError(f"--bilm {model_args.bilm}: not a folder")
+        from ..commands.cli import close_released_name
+
+        suggestion = close_released_name(model_args.bilm)
+        hint = f": did you mean {suggestion}? (`elmo download --list`)" if suggestion else ""
+        raise ValueError(f"--bilm {model_args.bilm}: not a folder{hint}")
     resume = training_args.resume_from_checkpoint
     if resume is None and not training_args.overwrite_output_dir:
         output_dir = Path(training_args.output_dir)
@@ -819,10 +825,13 @@ def _tagger_trainer_class():
     - It times its evaluations (``evaluations``: step, metrics, seconds), so that the training clock leaves them
       out and the final evaluation is not repeated.
     - The Trainer's log lines (loss, learning rate) go to stderr: stdout carries only the command's JSON result.
+    - Its progress bar is drawn complete once, with no checkpoint's bar inside it (``progress.use_one_bar``).
     """
     from transformers import Trainer
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from transformers.trainer_callback import PrinterCallback
     from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+
+    from .progress import OneCompleteBar, use_one_bar
 
     class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
         """Length-grouped order from a generator seeded with ``seed + epoch`` (``set_epoch`` is called by the
@@ -845,7 +854,7 @@ def _tagger_trainer_class():
             with contextlib.redirect_stdout(sys.stderr):
                 super().on_log(*args, **kwargs)
 
-    class StderrProgressCallback(ProgressCallback):
+    class StderrProgressCallback(OneCompleteBar):
         def on_log(self, *args, **kwargs):  # tqdm.write prints to stdout
             with contextlib.redirect_stdout(sys.stderr):
                 super().on_log(*args, **kwargs)
@@ -853,10 +862,9 @@ def _tagger_trainer_class():
     class TaggerTrainer(Trainer):
         def __init__(self, *args, time_budget: float = 0.0, **kwargs):
             super().__init__(*args, **kwargs)
-            replacements = ((PrinterCallback, StderrPrinterCallback), (ProgressCallback, StderrProgressCallback))
-            for printer, replacement in replacements:
-                if self.callback_handler.pop_callback(printer) is not None:
-                    self.add_callback(replacement)
+            if self.callback_handler.pop_callback(PrinterCallback) is not None:
+                self.add_callback(StderrPrinterCallback)
+            use_one_bar(self, StderrProgressCallback)
             self.clock = TrainingClock()
             self.budget = TimeBudget(self.clock, time_budget)
             self.add_callback(self.budget)

@@ -1120,6 +1120,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """
         from .hub_elmo import prepare_hub_folder
 
+        int8 = [name for name, module in self.named_modules() if getattr(module, "holds_int8_weights", False)]
+        if int8:  # refused before anything is written: int8 weights are packed outside the state dict
+            raise ValueError(
+                f"this model is quantized to int8 ({int8[0]} and {len(int8) - 1} more), which save_pretrained "
+                "cannot store: save the float32 model, and quantize again after loading it"
+            )
         hub = {key: kwargs.pop(key) for key in ("repo_id", "commit_message", "private", "create_pr") if key in kwargs}
         super().save_pretrained(save_directory, is_main_process=is_main_process, state_dict=state_dict, **kwargs)
         if not self.should_save_on_this_rank(is_main_process) or os.path.isfile(save_directory):

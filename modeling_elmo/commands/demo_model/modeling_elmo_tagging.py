@@ -233,6 +233,8 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             sentence or mean cross-entropy per word, plus the mixes' L2 penalty) and ``logits``
             ``(B, W, K)`` (the CRF's emission scores with ``use_crf``; use [`decode`] for tags).
         """
+        if labels is not None and not isinstance(labels, torch.Tensor):  # before the biLM runs, as the heads do
+            raise TypeError(f"labels must be a torch.Tensor (e.g. torch.tensor(labels)), got {type(labels).__name__}")
         config = self.config
         if output_hidden_states is None:
             output_hidden_states = config.output_hidden_states
