@@ -49,8 +49,8 @@ from transformers.utils import ModelOutput, can_return_tuple, logging
 
 from .characters import NUM_CHARACTERS, PADDING_CHAR, begin_of_sentence_ids, end_of_sentence_ids, word_to_char_ids
 from .configuration_elmo import ElmoConfig
-from .manylangs import ElmoWordInput, append_word_ids, boundary_rows
 from .manylangs import PAD_CHAR as MANYLANGS_PAD_CHAR
+from .manylangs import ElmoWordInput, append_word_ids, boundary_rows
 
 logger = logging.get_logger(__name__)
 
@@ -1567,9 +1567,7 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def _word_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The validated word mask ``(B, W)`` bool of a batch: see [`check_inputs`]."""
-        return check_inputs(
-            input_ids, attention_mask, self.config.max_characters_per_token, self.config.n_characters
-        )
+        return check_inputs(input_ids, attention_mask, self.config.max_characters_per_token, self.config.n_characters)
 
     def _add_boundaries(self, input_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(R, W, C)`` words -> ``(R, W + 2, C)`` with ``<S>`` first and ``</S>`` after the last word."""
@@ -1683,7 +1681,8 @@ class ElmoModel(ElmoPreTrainedModel):
                     if ids.dim() != 3:  # a chunk of empty sentences pads to (n, 0)
                         ids = ids.reshape(len(chunk), -1, self.config.max_characters_per_token)
                     mask = batch["attention_mask"].to(self.device).reshape(ids.shape[:2])
-                    vocab_ids = batch["vocab_ids"].to(self.device).reshape(ids.shape[:2]) if "vocab_ids" in batch else None
+                    vocab_ids = batch.get("vocab_ids")
+                    vocab_ids = None if vocab_ids is None else vocab_ids.to(self.device).reshape(ids.shape[:2])
                     out = self.tf_hub_outputs(ids, mask, vocab_ids)[output]
                     if output == "default":
                         results.append(out)

@@ -40,7 +40,11 @@ from .manylangs import word_to_char_ids as manylangs_char_ids
 
 logger = logging.get_logger(__name__)
 
-VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.json", "char_vocab_file": "char_vocab.json"}
+VOCAB_FILES_NAMES = {
+    "vocab_file": "vocab.txt",
+    "tokenizer_file": "tokenizer.json",
+    "char_vocab_file": "char_vocab.json",  # ELMoForManyLangs models only
+}
 
 UNK_TOKEN = "<UNK>"
 PAD_TOKEN = "<pad>"

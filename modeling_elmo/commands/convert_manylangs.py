@@ -356,9 +356,7 @@ def read_manylangs(folder: str | os.PathLike) -> tuple[ElmoConfig, dict[str, tor
     return config, state, tokenizer, arch_source
 
 
-def convert_manylangs(
-    manylangs_dir: str | os.PathLike, output_dir: str | os.PathLike, overwrite: bool = False
-) -> Path:
+def convert_manylangs(manylangs_dir: str | os.PathLike, output_dir: str | os.PathLike, overwrite: bool = False) -> Path:
     """Convert an ELMoForManyLangs folder to a folder that ``ElmoModel.from_pretrained`` and
     ``ElmoTokenizer.from_pretrained`` load (atomically, as [`convert`]).
 
