@@ -377,6 +377,7 @@ class ElmoConfig(PreTrainedConfig):
             _check_size(name, getattr(self, name), minimum=1)
         _check_size("n_highway", self.n_highway, minimum=0)
         _check_size("num_output_representations", self.num_output_representations, minimum=0)
+        _check_size("n_characters", self.n_characters, minimum=1)
         if self.char_vocabulary == "elmo" and self.n_characters != 262:
             raise ValueError(
                 f"n_characters must be 261 or 262 (the ELMo character set), got {_show(self.n_characters)}"
