@@ -246,6 +246,29 @@ def test_a_word_input_model_needs_vocab_ids(converted):
         model(**{**batch, "vocab_ids": batch["vocab_ids"] + 10**6})
 
 
+def test_heads_and_the_pipeline_pass_the_word_ids(converted):
+    """The task heads and the feature-extraction pipeline take a word-input biLM as any other: their inputs are
+    ``tokenizer(...)``'s, ``vocab_ids`` included."""
+    from transformers import pipeline
+
+    from modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
+    from modeling_elmo.utils.export_elmo import ElmoExportWrapper
+
+    folder = converted["with-words"]
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    batch = tokenizer([["die", "Brücke"], ["好"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    tagger = ElmoForTokenClassification.from_pretrained(folder, num_labels=3).eval()
+    assert tagger.needs_vocab_ids and tagger(**batch).logits.shape == (2, 2, 3)
+    classifier = ElmoForSequenceClassification.from_pretrained(folder, num_labels=2).eval()
+    assert classifier(**batch).logits.shape == (2, 2)
+    extractor = pipeline("elmo-feature-extraction", model=folder, batch_size=2)
+    vectors = extractor(["die Brücke .", "北京"])
+    expected = ElmoModel.from_pretrained(folder).eval()(**tokenizer(["die Brücke ."], return_tensors="pt")).elmo
+    np.testing.assert_allclose(np.array(vectors[0]), expected.detach().numpy(), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="ELMoForManyLangs"):
+        ElmoExportWrapper(ElmoModel.from_pretrained(folder))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Untrusted files
 # ---------------------------------------------------------------------------------------------------------------
