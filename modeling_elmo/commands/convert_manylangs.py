@@ -170,7 +170,7 @@ def read_dictionary(path: Path) -> dict[str, int]:
         fields = line.strip().split("\t")
         if len(fields) == 1:
             fields.insert(0, "\u3000")
-        if len(fields) != 2 or not fields[1].isdecimal() or len(fields[1]) > 12:
+        if len(fields) != 2 or not fields[1].strip().isdecimal() or len(fields[1]) > 24:
             raise ConversionError(f"{path} line {number}: not 'entry<TAB>id' ({line[:60]!r})")
         entries[fields[0]] = int(fields[1])
     if not entries:
