@@ -171,6 +171,20 @@ def test_float64_reference(converted, name):
         np.testing.assert_allclose(c, expected, rtol=0, atol=1.3e-5)
 
 
+@pytest.mark.skipif(
+    not os.environ.get("ELMO_MANYLANGS_FULL_DIR"), reason="set ELMO_MANYLANGS_FULL_DIR (see make_fixtures.py)"
+)
+def test_the_releases_size(tmp_path):
+    """A folder of the releases' architecture (the package's default config, built in here), written by the package:
+    measured 1.5e-5 from its outputs (values up to 6), where the package itself lies 9.9e-6 from float64."""
+    full = Path(os.environ["ELMO_MANYLANGS_FULL_DIR"])
+    ref = np.load(full / "reference.npz")
+    folder = convert_manylangs(full / "model", tmp_path / "out")
+    assert ElmoConfig.from_pretrained(folder).lstm_dim == 4096
+    for i, layers in enumerate(run(folder, SENTENCES["sentences"])):
+        np.testing.assert_allclose(layers, ref[f"sentence_{i}"], rtol=0, atol=PARITY)
+
+
 def test_stateful_mode_reproduces_the_packages_carried_states(converted):
     """The package's Embedder is stateful: its second call starts each batch row (sentences sorted longest first)
     from the states the first call left. ``stateful=True`` fed in that order gives its outputs."""
@@ -357,6 +371,17 @@ def test_not_a_state_dict_and_bad_folders(tmp_path):
     (folder / "word.dic").unlink()
     with pytest.raises(FileNotFoundError, match="word.dic"):
         convert_manylangs(folder, tmp_path / "out")
+
+
+def test_dictionaries_are_read_as_the_package_reads_them(tmp_path):
+    """``line.strip().split('\\t')``: a whitespace character is lost to strip() and the line is U+3000's; later
+    lines win; the line breaks are those of its codecs reader (U+2028 too)."""
+    path = tmp_path / "char.dic"
+    path.write_text("a\t0\n \t1\nb\t2\na\t3\nc\u2028\t4\n", encoding="utf-8")
+    with pytest.raises(ConversionError, match="line 5"):  # 'c' then '\t4' on a line of its own
+        read_dictionary(path)
+    path.write_text("a\t0\n \t1\nb\t2\na\t3\n", encoding="utf-8")
+    assert read_dictionary(path) == {"a": 3, "\u3000": 1, "b": 2}
 
 
 def test_the_cli(tmp_path, capsys):

@@ -529,7 +529,12 @@ def main(argv: list[str] | None = None) -> int:
         epilog=f"Names: {', '.join(released_model_names())}. Environment: {CACHE_DIR_ENV} (cache folder), "
         f"{BASE_URL_ENV} (a mirror of {DEFAULT_BASE_URL}), HF_HUB_OFFLINE=1 (cache only).",
     )
-    parser.add_argument("name", nargs="?", help="released model: small, medium, original, original-5.5B, pubmed, pt")
+    parser.add_argument(
+        "name",
+        nargs="?",
+        help="released model: small, medium, original, original-5.5B, pubmed, pt; or an ELMoForManyLangs language by "
+        "ISO code or English name (de, German, manylangs-pt...)",
+    )
     parser.add_argument("--list", action="store_true", help="list the released models and their URLs")
     parser.add_argument("--cache_dir", "--cache-dir", help=f"cache folder (default: ${CACHE_DIR_ENV} or HF_HOME's)")
     parser.add_argument("--base_url", "--base-url", help=f"where the files are (default: ${BASE_URL_ENV} or AllenNLP)")

@@ -1334,7 +1334,7 @@ class ElmoModel(ElmoPreTrainedModel):
         trainable = torch.is_grad_enabled() and any(p.requires_grad for p in self.char_cnn.parameters())
         if cache is None or trainable or unique.shape[0] == 0:
             return self.char_cnn(unique)[inverse]
-        keys = unique.to(torch.int32 if self.needs_vocab_ids else torch.int16).cpu().numpy()
+        keys = unique.to(self._token_cache_dtype).cpu().numpy()
         slots = torch.tensor([cache.get(row.tobytes(), -1) for row in keys], device=unique.device)
         cached = self._token_cache_vectors.to(device=unique.device, dtype=self.dtype)
         vectors = cached.index_select(0, slots.clamp(min=0))
@@ -1390,7 +1390,7 @@ class ElmoModel(ElmoPreTrainedModel):
             if words.dim() != 2 or words.shape[1] != chars:
                 raise ValueError(f"character ids must be (words, {chars}), got shape {tuple(words.shape)}")
             _check_character_ids(words[:, : self.config.max_characters_per_token], self.config.n_characters)
-            table = words.to(device="cpu", dtype=torch.int32 if self.needs_vocab_ids else torch.int16)
+            table = words.to(device="cpu", dtype=self._token_cache_dtype)
         elif self.config.char_vocabulary != "elmo":
             raise ValueError(
                 "this model reads its own character vocabulary: give build_token_cache the rows of its tokenizer "
@@ -1409,6 +1409,13 @@ class ElmoModel(ElmoPreTrainedModel):
             self._token_cache_vectors = torch.cat(vectors)
             self._token_cache_weights = [p.detach().clone() for p in self.char_cnn.parameters()]
         return len(table)
+
+    @property
+    def _token_cache_dtype(self) -> torch.dtype:
+        """The dtype of the token cache's keys: int16 holds ELMo's 262 character ids; a per-model character vocabulary
+        or a word id may need more."""
+        small = self.config.n_characters <= 1 << 15 and not self.needs_vocab_ids
+        return torch.int16 if small else torch.int32
 
     @property
     def token_cache_size(self) -> int:
