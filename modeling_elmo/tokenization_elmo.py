@@ -306,13 +306,13 @@ class ElmoTokenizer(TokenizersBackend):
         eos_token: str | AddedToken = EOS_TOKEN,
         unk_token: str | AddedToken = UNK_TOKEN,
         pad_token: str | AddedToken = PAD_TOKEN,
-        char_vocab: list[str] | None = None,
-        char_vocab_file: str | os.PathLike | None = None,
         **kwargs,
     ):
         # Taken out of kwargs so that the base class does not replace the backend built here.
         tokenizer_file = kwargs.pop("tokenizer_file", None)
         tokenizer_object = kwargs.pop("tokenizer_object", None)
+        # A ManyLangs model's characters: saved as their own file (char_vocab.json), not in tokenizer_config.json.
+        char_vocab, char_vocab_file = kwargs.pop("char_vocab", None), kwargs.pop("char_vocab_file", None)
         for key in ("add_bos_token", "add_eos_token"):
             if kwargs.pop(key, False):
                 logger.warning(f"ElmoTokenizer ignores {key}=True: the model adds <S> and </S> itself.")

@@ -312,6 +312,7 @@ def _refused(folder: Path, tmp_path: Path, *words: str) -> str:
     return message
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")  # the raw pickle below: torch warns, then refuses
 @pytest.mark.parametrize("legacy", [False, True])
 def test_a_pickle_that_runs_code_is_refused_unrun(tmp_path, legacy):
     folder = _copy(tmp_path)
