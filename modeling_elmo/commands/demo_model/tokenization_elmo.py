@@ -34,6 +34,7 @@ from .characters import (
 )
 from .configuration_elmo import SIZE_LIMITS
 from .manylangs import EOW_CHAR as MANYLANGS_EOW
+from .manylangs import FIRST_CHARACTER as MANYLANGS_FIRST_CHARACTER
 from .manylangs import MARKS as MANYLANGS_MARKS
 from .manylangs import check_characters, row_to_word
 from .manylangs import word_to_char_ids as manylangs_char_ids
@@ -350,7 +351,9 @@ class ElmoTokenizer(TokenizersBackend):
                 char_vocab = json.load(handle)
         self.char_vocab = None if char_vocab is None else check_characters(char_vocab)
         self._char_ids = (
-            None if self.char_vocab is None else {char: index for index, char in enumerate(self.char_vocab, 7)}
+            None
+            if self.char_vocab is None
+            else {char: i for i, char in enumerate(self.char_vocab, MANYLANGS_FIRST_CHARACTER)}
         )
         # Special tokens are never looked for inside the text: `<pad>` in a text is just characters.
         kwargs.setdefault("split_special_tokens", True)
