@@ -473,6 +473,7 @@ def test_download_unpacks_and_converts_through_the_same_path(mirror, tmp_path, c
     files["/repository/11/142.zip"] = _zip(FIXTURES / "with-words-legacy", prefix="de/")
     folder = download_released_model("German", cache_dir=tmp_path / "cache", progress=False)
     assert folder == tmp_path / "cache" / "manylangs-de"
+    assert "language: de" in (folder / "README.md").read_text(encoding="utf-8")
     assert sorted(os.listdir(tmp_path / "cache")) == [".manylangs-de.download.lock", "manylangs-de"]
     expected = run(converted["with-words"], SENTENCES["sentences"][:4])
     for a, b in zip(run(folder, SENTENCES["sentences"][:4]), expected, strict=True):

@@ -356,9 +356,15 @@ def read_manylangs(folder: str | os.PathLike) -> tuple[ElmoConfig, dict[str, tor
     return config, state, tokenizer, arch_source
 
 
-def convert_manylangs(manylangs_dir: str | os.PathLike, output_dir: str | os.PathLike, overwrite: bool = False) -> Path:
+def convert_manylangs(
+    manylangs_dir: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    overwrite: bool = False,
+    language: str | None = None,
+) -> Path:
     """Convert an ELMoForManyLangs folder to a folder that ``ElmoModel.from_pretrained`` and
-    ``ElmoTokenizer.from_pretrained`` load (atomically, as [`convert`]).
+    ``ElmoTokenizer.from_pretrained`` load (atomically, as [`convert`]). ``language`` (an ISO code) goes into the
+    model card's metadata; a folder does not say its language.
 
     Raises:
         FileNotFoundError: the folder or one of its files does not exist.
@@ -384,7 +390,7 @@ def convert_manylangs(manylangs_dir: str | os.PathLike, output_dir: str | os.Pat
             new = staging / "model"
             model.save_pretrained(new)
             tokenizer.save_pretrained(new)
-            write_model_card(new, model.config, how_made=_provenance(source, arch_source, config))
+            write_model_card(new, model.config, how_made=_provenance(source, arch_source, config), language=language)
             _install(new, output_dir, staging)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -400,9 +406,9 @@ def _provenance(source: Path, arch_source: str, config: ElmoConfig) -> str:
     return (
         f"Converted from the ELMoForManyLangs (HIT-SCIR) model folder `{source.name}` (architecture: {arch_source}) "
         "by `elmo convert --manylangs_dir` of the `modeling_elmo` package, in float32, without retraining and without "
-        f"that package's code: its own {config.n_characters - 7} characters and marks, {words}. Its outputs match "
-        "`Embedder.sents2elmo(..., output_layer=-2)` of `elmoformanylangs` to within 5e-5. The scalar-mix weights "
-        "are new (equal weights, gamma 1)."
+        f"that package's code: its own {config.n_characters - 7} characters (and six marks), {words}. Its outputs "
+        "match `Embedder.sents2elmo(..., output_layer=-2)` of `elmoformanylangs` to within 5e-5. The scalar-mix "
+        "weights are new (equal weights, gamma 1)."
     )
 
 

@@ -221,7 +221,7 @@ def download_manylangs(
         try:
             unpack_model(archive, unpacked)
             with _bars_off(not progress):
-                convert_manylangs(unpacked, target, overwrite=True)
+                convert_manylangs(unpacked, target, overwrite=True, language=canonical.removeprefix(PREFIX))
         except (DownloadError, ConversionError, zipfile.BadZipFile) as err:
             _drop_downloads(downloads)  # wrong files: the next call fetches them anew
             raise DownloadError(
