@@ -18,6 +18,7 @@ SHIPPED = {
     "configuration_elmo.py",
     "crf.py",
     "hub_elmo.py",
+    "manylangs.py",
     "model_card.py",
     "modeling_elmo.py",
     "modeling_elmo_classification.py",

@@ -614,8 +614,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Convert original ELMo weights (options.json + HDF5) to a Hugging Face model folder."
     )
-    parser.add_argument("--options_file", required=True, help="the model's options.json")
-    parser.add_argument("--weight_file", required=True, help="the model's HDF5 weights")
+    parser.add_argument("--options_file", help="the model's options.json")
+    parser.add_argument("--weight_file", help="the model's HDF5 weights")
+    parser.add_argument(
+        "--manylangs_dir",
+        help="instead: an ELMoForManyLangs model folder (char.dic, word.dic, encoder.pkl, token_embedder.pkl, "
+        "config.json), converted with its own characters and word embedding",
+    )
     parser.add_argument("--output_dir", required=True, help="folder to write (must not exist or be empty)")
     parser.add_argument("--vocab_file", help="optional bilm-tf vocabulary file, for word ids (LM labels)")
     parser.add_argument(
@@ -639,6 +644,13 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)  # fmt: skip
     if args.private and not args.push_to_hub:
         parser.error("--private needs --push_to_hub REPO")
+    if args.manylangs_dir is not None:
+        if args.options_file or args.weight_file or args.vocab_file or args.softmax_weight_file:
+            parser.error(
+                "--manylangs_dir takes no --options_file, --weight_file, --vocab_file or --softmax_weight_file"
+            )
+    elif not (args.options_file and args.weight_file):
+        parser.error("the following arguments are required: --options_file, --weight_file (or --manylangs_dir)")
     if args.push_to_hub:  # a bad name fails now, not after the conversion
         from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -649,15 +661,20 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)  # fmt: skip
             return 1
     try:
-        out = convert(
-            args.options_file,
-            args.weight_file,
-            args.output_dir,
-            vocab_file=args.vocab_file,
-            overwrite=args.overwrite,
-            progress=not (args.disable_tqdm or args.no_progress),
-            softmax_weight_file=args.softmax_weight_file,
-        )
+        if args.manylangs_dir is not None:
+            from .convert_manylangs import convert_manylangs
+
+            out = convert_manylangs(args.manylangs_dir, args.output_dir, overwrite=args.overwrite)
+        else:
+            out = convert(
+                args.options_file,
+                args.weight_file,
+                args.output_dir,
+                vocab_file=args.vocab_file,
+                overwrite=args.overwrite,
+                progress=not (args.disable_tqdm or args.no_progress),
+                softmax_weight_file=args.softmax_weight_file,
+            )
     except (FileNotFoundError, ConversionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -182,8 +182,11 @@ _BY_LOWER_NAME |= {alias.lower(): target for alias, target in ALIASES.items()}
 
 
 def canonical_name(name: str) -> str | None:
-    """The released model ``name`` stands for (case-insensitive, aliases included), or None."""
-    return _BY_LOWER_NAME.get(name.strip().lower())
+    """The released model ``name`` stands for (case-insensitive, aliases included), or None. The 44 ELMoForManyLangs
+    languages (``de``, ``German``, ``manylangs-de``) stand for ``manylangs-ISO`` (``download_manylangs.py``)."""
+    from .download_manylangs import manylangs_name
+
+    return _BY_LOWER_NAME.get(name.strip().lower()) or manylangs_name(name)
 
 
 def released_model_names() -> list[str]:
@@ -215,7 +218,10 @@ def model_urls(name: str, base_url: str | None = None) -> tuple[str, str]:
 def _known(name: str) -> str:
     canonical = canonical_name(name)
     if canonical is None:
-        raise ValueError(f"unknown released ELMo model {name!r}; known: {', '.join(released_model_names())}")
+        raise ValueError(
+            f"unknown released ELMo model {name!r}; known: {', '.join(released_model_names())}, and the 44 "
+            "ELMoForManyLangs languages by ISO code or English name (elmo download --list)"
+        )
     return canonical
 
 
@@ -375,6 +381,12 @@ def download_released_model(
             and nothing outside ``cache_dir`` is written or deleted.
     """
     canonical = _known(name)
+    if canonical not in RELEASED_MODELS:  # one of the 44 ELMoForManyLangs languages: an NLPL zip
+        from .download_manylangs import download_manylangs
+
+        return download_manylangs(
+            canonical, cache_dir=cache_dir, base_url=base_url, force=force, progress=progress, timeout=timeout
+        )
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     target = cache / canonical
     if not force and os.path.lexists(target):
@@ -918,7 +930,7 @@ def main(argv: list[str] | None = None) -> int:
         "name",
         nargs="?",
         help="released model: small, medium, original, original-5.5B, pubmed, pt; with the LM softmax: original-lm, "
-        "original-5.5B-lm",
+        "original-5.5B-lm; or an ELMoForManyLangs language by ISO code or English name (de, German, manylangs-pt...)",
     )
     parser.add_argument("--list", action="store_true", help="list the released models and their URLs")
     parser.add_argument("--cache_dir", "--cache-dir", help=f"cache folder (default: ${CACHE_DIR_ENV} or HF_HOME's)")
@@ -928,7 +940,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no_progress", action="store_true", help=argparse.SUPPRESS)  # the first spelling
     args = parser.parse_args(argv)
     if args.list:
+        from .download_manylangs import list_models
+
         print(_list_models(args.base_url))
+        print(list_models(args.base_url))
         return 0
     if args.name is None:
         parser.error("give a model NAME (or --list)")

@@ -156,14 +156,29 @@ def _embed_chunks(
                 is_split_into_words = not isinstance(chunk[0], str)
             if not is_split_into_words:
                 chunk = [line.strip() for line in chunk]
-            words = [tokenizer(item, is_split_into_words=is_split_into_words)["input_ids"] for item in chunk]
+            encoded = [tokenizer(item, is_split_into_words=is_split_into_words) for item in chunk]
+            words = [item["input_ids"] for item in encoded]
+            # A model with a word input (ELMoForManyLangs) also reads each word's id: its rows end with it.
+            word_ids = [item["vocab_ids"] for item in encoded] if getattr(model, "needs_vocab_ids", False) else None
             if cache_chunks:
-                distinct = torch.tensor(list({tuple(word) for item in words for word in item}), dtype=torch.long)
-                chars = model.config.max_characters_per_token
-                model.build_token_cache(torch.cat([distinct.view(-1, chars), model.boundary_ids.cpu()]), progress=False)
+                rows = (
+                    {tuple(word) for item in words for word in item}
+                    if word_ids is None
+                    else {
+                        (*word, i)
+                        for item, ids in zip(words, word_ids, strict=True)
+                        for word, i in zip(item, ids, strict=True)
+                    }
+                )
+                width = model.boundary_ids.shape[-1]  # C, or C + 1 with the word id
+                distinct = torch.tensor(list(rows), dtype=torch.long).view(-1, width)
+                model.build_token_cache(torch.cat([distinct, model.boundary_ids.cpu()]), progress=False)
             results: list[np.ndarray | None] = [None] * len(chunk) if ordered else []
             for batch in _batches([len(w) for w in words], batch_size, max_batch_words):
-                encoded = tokenizer.pad({"input_ids": [words[i] for i in batch]}, return_tensors="pt")
+                features = {"input_ids": [words[i] for i in batch]}
+                if word_ids is not None:
+                    features["vocab_ids"] = [word_ids[i] for i in batch]
+                encoded = tokenizer.pad(features, return_tensors="pt")
                 inputs = {k: v.to(device) for k, v in encoded.items()}
                 out = model(**inputs, output_hidden_states=output in LAYER_OUTPUTS)
                 if output == "all":

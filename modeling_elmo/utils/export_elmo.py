@@ -77,6 +77,8 @@ class ElmoExportWrapper(nn.Module):
         super().__init__()
         if getattr(model, "char_cnn", None) is None or getattr(model, "bilm", None) is None:
             raise TypeError(f"ElmoExportWrapper wraps an ElmoModel, got {type(model).__name__}")
+        if model.config.char_vocabulary != "elmo":
+            raise ValueError("exporting an ELMoForManyLangs model (its own characters and word input) is not supported")
         self.model = model
         self.config = model.config
 

@@ -49,6 +49,11 @@ SIZE_LIMITS: dict[str, int] = {
     "lm_bos_vocab_id": 1 << 22,
     "lm_eos_vocab_id": 1 << 22,
     "tagger_word_vocab_size": 1 << 22,
+    # ELMoForManyLangs (manylangs.py): a per-model character vocabulary (every Unicode code point and the marks at
+    # most) and a word embedding before the projection (the releases: 2,677 characters, 172,763 x 100 words).
+    "n_characters": 0x110000 + 7,
+    "word_vocab_size": 1 << 22,
+    "word_embedding_dim": 8192,
     "tagger_word_embedding_dim": 8192,
     "tagger_hidden_size": 8192,
     "tagger_num_layers": 32,
@@ -231,7 +236,14 @@ class ElmoConfig(PreTrainedConfig):
         n_highway: number of highway layers after the character CNN.
         max_characters_per_token: character ids per word, the word marks included.
         n_characters: rows of the character embedding, row 0 being the padding id. Original
-            options files say 261 (training) or 262 (inference); both mean 262 rows here.
+            options files say 261 (training) or 262 (inference); both mean 262 rows here. With
+            ``char_vocabulary="manylangs"``: the rows of the model's own character vocabulary.
+        char_vocabulary: ``"elmo"``: characters are UTF-8 bytes and ELMo's marks (262 ids); ``"manylangs"``:
+            a per-model vocabulary of code points, as ELMoForManyLangs (row 0 no word, rows 1-6 its marks
+            ``<bos> <eos> <oov> <pad> <bow> <eow>``, then the characters; see ``manylangs.py``).
+        word_vocab_size, word_embedding_dim: a word embedding (``word_vocab_size`` rows of the tokenizer's
+            vocabulary) concatenated with the highway output before the projection, as ELMoForManyLangs' token
+            encoder; the model then also takes ``vocab_ids``. 0 and 0: none (the released AllenNLP models).
         lstm_dim: LSTM cell size.
         projection_dim: size of the token vector and of each LSTM's projected output.
         n_layers: LSTM layers per direction.
@@ -307,6 +319,9 @@ class ElmoConfig(PreTrainedConfig):
     n_highway: int = 2
     max_characters_per_token: int = 50
     n_characters: int = 262
+    char_vocabulary: Literal["elmo", "manylangs"] = "elmo"
+    word_vocab_size: int = 0
+    word_embedding_dim: int = 0
     lstm_dim: int = 4096
     projection_dim: int = 512
     n_layers: int = 2
@@ -362,9 +377,21 @@ class ElmoConfig(PreTrainedConfig):
             _check_size(name, getattr(self, name), minimum=1)
         _check_size("n_highway", self.n_highway, minimum=0)
         _check_size("num_output_representations", self.num_output_representations, minimum=0)
-        if self.n_characters != 262:
+        _check_size("n_characters", self.n_characters, minimum=1)
+        if self.char_vocabulary == "elmo" and self.n_characters != 262:
             raise ValueError(
                 f"n_characters must be 261 or 262 (the ELMo character set), got {_show(self.n_characters)}"
+            )
+        if self.char_vocabulary == "manylangs":  # row 0 and the six marks, then at least one character
+            _check_size("n_characters", self.n_characters, minimum=8)
+        for name in ("word_vocab_size", "word_embedding_dim"):
+            _check_size(name, getattr(self, name), minimum=0)
+        if self.word_vocab_size and self.char_vocabulary != "manylangs":
+            raise ValueError("a word input (word_vocab_size > 0) needs char_vocabulary='manylangs' (ELMoForManyLangs)")
+        if (self.word_vocab_size == 0) != (self.word_embedding_dim == 0):
+            raise ValueError(
+                "word_vocab_size and word_embedding_dim must both be 0 (no word input) or both positive, got "
+                f"{self.word_vocab_size} and {self.word_embedding_dim}"
             )
         total = 0
         for i, (width, count) in enumerate(self.char_cnn_filters):
@@ -462,6 +489,8 @@ class ElmoConfig(PreTrainedConfig):
             + sum(count * (cd * width + 1) for width, count in self.char_cnn_filters),
             "char_cnn_filters, n_highway": self.n_highway * 2 * (channels * channels + channels),
             "char_cnn_filters, projection_dim": channels * p + p,
+            # The word input (ELMoForManyLangs): its embedding and its columns of the projection.
+            "word_vocab_size, word_embedding_dim": (self.word_vocab_size + p) * self.word_embedding_dim,
             # Per layer and direction: input and state kernels (P x 4D each), bias 4D, projection D x P.
             "lstm_dim, projection_dim, n_layers": self.n_layers * 2 * (2 * p * 4 * d + 4 * d + d * p),
             "lm_vocab_size, projection_dim": self.lm_vocab_size * (p + 1),

@@ -49,6 +49,8 @@ from transformers.utils import ModelOutput, can_return_tuple, logging
 
 from .characters import NUM_CHARACTERS, PADDING_CHAR, begin_of_sentence_ids, end_of_sentence_ids, word_to_char_ids
 from .configuration_elmo import ElmoConfig
+from .manylangs import PAD_CHAR as MANYLANGS_PAD_CHAR
+from .manylangs import ElmoWordInput, append_word_ids, boundary_rows
 
 logger = logging.get_logger(__name__)
 
@@ -87,28 +89,37 @@ class ElmoCharacterEncoder(nn.Module):
     Character embedding, one 1-D convolution per ``(width, count)`` filter (max over positions,
     then the activation), ``n_highway`` highway layers, and a linear projection to ``P``.
 
-    Input ``(..., C)`` character ids; output ``(..., P)``.
+    Input ``(..., C)`` character ids; output ``(..., P)``. A model with a word input (ELMoForManyLangs, see
+    ``manylangs.py``) reads ``(..., C + 1)``: each word's character ids, then its word id, whose term
+    ``word_input`` adds to the projection.
     """
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
-        self.char_embedding = nn.Embedding(NUM_CHARACTERS, config.char_embedding_dim, padding_idx=0)
+        self.char_embedding = nn.Embedding(config.n_characters, config.char_embedding_dim, padding_idx=0)
         self.convolutions = nn.ModuleList(
             nn.Conv1d(config.char_embedding_dim, count, kernel_size=width) for width, count in config.char_cnn_filters
         )
         self.activation = torch.tanh if config.char_cnn_activation == "tanh" else F.relu
         self.highways = nn.ModuleList(ElmoHighway(config.n_filters) for _ in range(config.n_highway))
         self.projection = nn.Linear(config.n_filters, config.projection_dim)
+        self.padding_id = MANYLANGS_PAD_CHAR if config.char_vocabulary == "manylangs" else PADDING_ID
+        self.word_input = ElmoWordInput(config) if config.word_vocab_size else None
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        batch_shape, chars = char_ids.shape[:-1], char_ids.shape[-1]
-        char_ids = char_ids.reshape(-1, chars)
+        batch_shape, width = char_ids.shape[:-1], char_ids.shape[-1]
+        char_ids = char_ids.reshape(-1, width)
         if char_ids.shape[0] > CHAR_CNN_BLOCK_WORDS:  # bounded convolution activations for many words
             return torch.cat([self(block) for block in char_ids.split(CHAR_CNN_BLOCK_WORDS)]).reshape(*batch_shape, -1)
+        word_ids = None
+        if self.word_input is not None:
+            char_ids, word_ids = char_ids[:, :-1], char_ids[:, -1]
+        chars = char_ids.shape[-1]
+        padding_id = self.padding_id
         # Words are far shorter than C: positions past the longest word hold only the padding mark,
         # and every window made only of padding has the same value. Convolve up to the longest word
         # and let that one value stand in for the windows past it (the result is the same).
-        span = int(char_ids.ne(PADDING_ID).sum(dim=-1).max()) if char_ids.numel() else chars
+        span = int(char_ids.ne(padding_id).sum(dim=-1).max()) if char_ids.numel() else chars
         widest = max(conv.kernel_size[0] for conv in self.convolutions)
         embedded = self.char_embedding(char_ids[:, : min(chars, span + widest - 1)]).transpose(1, 2)  # (N, dim, C')
         features = []
@@ -117,14 +128,17 @@ class ElmoCharacterEncoder(nn.Module):
             keep = min(chars, span + width - 1)
             feature = conv(embedded[:, :, :keep]).amax(dim=-1)  # (N, count)
             if keep < chars:
-                padding_only = self.char_embedding.weight[PADDING_ID].unsqueeze(-1).expand(-1, width)
+                padding_only = self.char_embedding.weight[padding_id].unsqueeze(-1).expand(-1, width)
                 feature = torch.maximum(feature, conv(padding_only.unsqueeze(0))[0, :, 0])
             # Max over positions first: relu and tanh are monotonic, so this equals the original's order.
             features.append(self.activation(feature))
         x = torch.cat(features, dim=-1)  # (N, n_filters)
         for highway in self.highways:
             x = highway(x)
-        return self.projection(x).reshape(*batch_shape, -1)
+        x = self.projection(x)
+        if word_ids is not None:
+            x = x + self.word_input(word_ids)
+        return x.reshape(*batch_shape, -1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -654,13 +668,17 @@ def _follow_umask(paths: Iterable[Path]) -> None:
 
 
 def check_inputs(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor | None, max_characters_per_token: int
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    max_characters_per_token: int,
+    n_characters: int = NUM_CHARACTERS,
 ) -> torch.Tensor:
     """Validate a batch for [`ElmoModel`] and return its word mask ``(B, W)`` bool.
 
     Args:
-        input_ids: ``(B, W, C)`` int64 or int32 character ids in ``[0, 262)`` (``C = max_characters_per_token``),
-            as [`ElmoTokenizer`] makes them; a padded word is a row of zeros.
+        input_ids: ``(B, W, C)`` int64 or int32 character ids in ``[0, n_characters)`` (262, or the model's own
+            count for an ELMoForManyLangs model; ``C = max_characters_per_token``), as [`ElmoTokenizer`] makes
+            them; a padded word is a row of zeros.
         attention_mask: ``None`` (then the words are the non-zero character rows), or a ``(B, W)`` tensor of
             bool or integer dtype holding only 0 and 1, right-padded (each sentence's words first, then
             padding). Floating-point masks are refused by name, as are lists and arrays: 0.5, 2, -1 or NaN
@@ -682,7 +700,7 @@ def check_inputs(
     if input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"input_ids must hold integer character ids (int64 or int32), got dtype {input_ids.dtype}")
     if attention_mask is None:
-        _check_character_ids(input_ids)
+        _check_character_ids(input_ids, n_characters)
         return input_ids.ne(0).any(dim=-1)
     if not isinstance(attention_mask, torch.Tensor):
         raise TypeError(
@@ -712,14 +730,14 @@ def check_inputs(
         raise ValueError("attention_mask must be right-padded: the words of a sentence first, then padding")
     # Only the words' ids: padded positions may hold anything (a pipeline pads input_ids with the tokenizer's
     # word-level pad id, e.g. 10000), and the model reads zeros there instead (ElmoModel.forward).
-    _check_character_ids(input_ids[mask])
+    _check_character_ids(input_ids[mask], n_characters)
     return mask
 
 
-def _check_character_ids(ids: torch.Tensor) -> None:
-    """Refuse character ids outside ``[0, NUM_CHARACTERS)`` (``ids`` of any shape)."""
-    if ids.numel() and (ids.min() < 0 or ids.max() >= NUM_CHARACTERS):
-        raise ValueError(f"character ids must be in [0, {NUM_CHARACTERS}); is this the output of ElmoTokenizer?")
+def _check_character_ids(ids: torch.Tensor, n_characters: int = NUM_CHARACTERS) -> None:
+    """Refuse character ids outside ``[0, n_characters)`` (``ids`` of any shape)."""
+    if ids.numel() and (ids.min() < 0 or ids.max() >= n_characters):
+        raise ValueError(f"character ids must be in [0, {n_characters}); is this the output of ElmoTokenizer?")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1261,6 +1279,8 @@ class ElmoModel(ElmoPreTrainedModel):
 
     @staticmethod
     def _make_boundary_ids(config: ElmoConfig) -> torch.Tensor:
+        if config.char_vocabulary == "manylangs":
+            return torch.tensor(boundary_rows(config))
         chars = config.max_characters_per_token
         return torch.tensor([begin_of_sentence_ids(chars), end_of_sentence_ids(chars)])
 
@@ -1291,13 +1311,19 @@ class ElmoModel(ElmoPreTrainedModel):
         autograd)."""
         return any(p.requires_grad for module in (self.char_cnn, self.bilm) for p in module.parameters())
 
+    @property
+    def needs_vocab_ids(self) -> bool:
+        """Whether ``forward`` needs ``vocab_ids`` (a model with a word input: ELMoForManyLangs')."""
+        return self.config.word_vocab_size > 0
+
     def word_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The ``(B, W)`` bool word mask ``forward`` uses, after checking ``input_ids`` ``(B, W, C)`` and
         ``attention_mask`` ``(B, W)`` (``ValueError`` naming the problem). Default: the non-zero character rows."""
         return self._word_mask(input_ids, attention_mask)
 
     def embed_words(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """Layer 0 (without the ``[x; x]`` doubling) of words given as character ids ``(N, C)``: ``(N, P)``.
+        """Layer 0 (without the ``[x; x]`` doubling) of words given as character ids ``(N, C)``: ``(N, P)``
+        (``(N, C + 1)`` with the word ids last for a model with a word input).
 
         Each distinct word is encoded once; words in the token cache (see [`build_token_cache`]) are
         looked up instead, unless the character encoder is being trained. A cache built for other weights
@@ -1314,7 +1340,7 @@ class ElmoModel(ElmoPreTrainedModel):
         trainable = torch.is_grad_enabled() and any(p.requires_grad for p in self.char_cnn.parameters())
         if cache is None or trainable or unique.shape[0] == 0:
             return self.char_cnn(unique)[inverse]
-        keys = unique.to(torch.int16).cpu().numpy()
+        keys = unique.to(self._token_cache_dtype).cpu().numpy()
         slots = torch.tensor([cache.get(row.tobytes(), -1) for row in keys], device=unique.device)
         cached = self._token_cache_vectors.to(device=unique.device, dtype=self.dtype)
         vectors = cached.index_select(0, slots.clamp(min=0))
@@ -1365,12 +1391,17 @@ class ElmoModel(ElmoPreTrainedModel):
         Raises:
             ValueError: character ids that are not ``(N, C)`` with ``C = config.max_characters_per_token``.
         """
-        chars = self.config.max_characters_per_token
+        chars = self.boundary_ids.shape[-1]  # C, or C + 1 with a word id (a word input)
         if isinstance(words, torch.Tensor):
             if words.dim() != 2 or words.shape[1] != chars:
                 raise ValueError(f"character ids must be (words, {chars}), got shape {tuple(words.shape)}")
-            _check_character_ids(words)
-            table = words.to(device="cpu", dtype=torch.int16)
+            _check_character_ids(words[:, : self.config.max_characters_per_token], self.config.n_characters)
+            table = words.to(device="cpu", dtype=self._token_cache_dtype)
+        elif self.config.char_vocabulary != "elmo":
+            raise ValueError(
+                "this model reads its own character vocabulary: give build_token_cache the rows of its tokenizer "
+                "(input_ids, with vocab_ids as a last column if the model has a word input), not words"
+            )
         else:
             table = torch.tensor([word_to_char_ids(w, chars) for w in words], dtype=torch.int16).view(-1, chars)
         table = torch.unique(table, dim=0)  # distinct rows (two long words may share their first C - 2 bytes)
@@ -1384,6 +1415,13 @@ class ElmoModel(ElmoPreTrainedModel):
             self._token_cache_vectors = torch.cat(vectors)
             self._token_cache_weights = [p.detach().clone() for p in self.char_cnn.parameters()]
         return len(table)
+
+    @property
+    def _token_cache_dtype(self) -> torch.dtype:
+        """The dtype of the token cache's keys: int16 holds ELMo's 262 character ids; a per-model character vocabulary
+        or a word id may need more."""
+        small = self.config.n_characters <= 1 << 15 and not self.needs_vocab_ids
+        return torch.int16 if small else torch.int32
 
     @property
     def token_cache_size(self) -> int:
@@ -1410,6 +1448,7 @@ class ElmoModel(ElmoPreTrainedModel):
         return_lstm_state: bool | None = None,
         token_layer_only: bool = False,
         backward_input_ids: torch.LongTensor | None = None,
+        vocab_ids: torch.LongTensor | None = None,
     ) -> ElmoModelOutput:
         r"""
         Args:
@@ -1428,6 +1467,8 @@ class ElmoModel(ElmoPreTrainedModel):
                 of the forward direction's and of the backward direction's own token streams, each read left
                 to right; ``hidden_states[k]`` is then ``[forward_h; backward_h]`` position by position of
                 their own streams (``[0]``: ``[x_forward; x_backward]``), and there are no mixes.
+            vocab_ids: ``(B, W)`` word ids from the tokenizer (any value at padding), for a model with a word
+                input (ELMoForManyLangs, ``needs_vocab_ids``); ignored otherwise.
 
         Returns:
             [`ElmoModelOutput`]; with ``return_dict=False`` a tuple of its non-``None`` fields.
@@ -1441,6 +1482,8 @@ class ElmoModel(ElmoPreTrainedModel):
         if return_lstm_state and state is None:
             state = ElmoLstmState()
         if backward_input_ids is not None:
+            if self.needs_vocab_ids:
+                raise ValueError("stream mode (backward_input_ids) does not take a model with a word input")
             mask = self._stream_mask(input_ids, backward_input_ids)
         else:
             mask = self._word_mask(input_ids, attention_mask)
@@ -1448,6 +1491,8 @@ class ElmoModel(ElmoPreTrainedModel):
                 # Whatever ids sit at padded positions (a pipeline pads with the tokenizer's pad id), the model
                 # reads the empty word there (all zeros), so outputs equal those of the unpadded batch.
                 input_ids = input_ids.masked_fill(~mask.unsqueeze(-1), 0)
+            if self.needs_vocab_ids:  # ELMoForManyLangs: the word id becomes a last column of each word's row
+                input_ids = append_word_ids(input_ids, vocab_ids, mask, self.config.word_vocab_size)
         # A frozen biLM (no parameter requires grad) needs no autograd graph; the mixes above it may train.
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.bilm_requires_grad):
             if backward_input_ids is not None:
@@ -1535,7 +1580,7 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def _word_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The validated word mask ``(B, W)`` bool of a batch: see [`check_inputs`]."""
-        return check_inputs(input_ids, attention_mask, self.config.max_characters_per_token)
+        return check_inputs(input_ids, attention_mask, self.config.max_characters_per_token, self.config.n_characters)
 
     def _add_boundaries(self, input_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(R, W, C)`` words -> ``(R, W + 2, C)`` with ``<S>`` first and ``</S>`` after the last word."""
@@ -1554,7 +1599,10 @@ class ElmoModel(ElmoPreTrainedModel):
 
     @torch.no_grad()
     def tf_hub_outputs(
-        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        vocab_ids: torch.LongTensor | None = None,
     ) -> dict[str, torch.Tensor]:
         """The outputs of TF-Hub's ELMo module, by the names it uses, for one tokenized batch.
 
@@ -1566,6 +1614,7 @@ class ElmoModel(ElmoPreTrainedModel):
         Args:
             input_ids: ``(B, W, C)`` character ids from [`ElmoTokenizer`].
             attention_mask: ``(B, W)``, 1 for words (right padding); default: the non-empty character rows.
+            vocab_ids: ``(B, W)`` word ids, for a model with a word input (ELMoForManyLangs).
 
         Returns:
             A dict of tensors, zero at padded words:
@@ -1579,7 +1628,9 @@ class ElmoModel(ElmoPreTrainedModel):
               zeros): TF-Hub's fixed mean-pooled sentence vector.
             - ``sequence_len``: ``(B,)`` words per sentence.
         """
-        out = self(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
+        out = self(
+            input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True, vocab_ids=vocab_ids
+        )
         mask, layers = out.mask.bool(), out.hidden_states
         elmo = out.elmo if out.elmo is not None else torch.stack(layers).mean(dim=0)
         lengths = mask.sum(dim=1)
@@ -1643,7 +1694,9 @@ class ElmoModel(ElmoPreTrainedModel):
                     if ids.dim() != 3:  # a chunk of empty sentences pads to (n, 0)
                         ids = ids.reshape(len(chunk), -1, self.config.max_characters_per_token)
                     mask = batch["attention_mask"].to(self.device).reshape(ids.shape[:2])
-                    out = self.tf_hub_outputs(ids, mask)[output]
+                    vocab_ids = batch.get("vocab_ids")
+                    vocab_ids = None if vocab_ids is None else vocab_ids.to(self.device).reshape(ids.shape[:2])
+                    out = self.tf_hub_outputs(ids, mask, vocab_ids)[output]
                     if output == "default":
                         results.append(out)
                     else:

@@ -127,6 +127,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
+        vocab_ids: torch.LongTensor | None = None,
     ) -> SequenceClassifierOutput:
         r"""
         Args:
@@ -136,6 +137,8 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
                 targets (multi-label), or ``(B,)`` / ``(B, K)`` numbers (regression).
             output_hidden_states: return the biLM's ``L + 1`` layers as ``hidden_states`` (default
                 ``config.output_hidden_states``).
+            vocab_ids: ``(B, W)`` word ids, for a biLM with a word input (ELMoForManyLangs; its tokenizer returns
+                them); ignored otherwise.
 
         Returns:
             [`SequenceClassifierOutput`] with ``loss`` (with ``labels``) and ``logits`` ``(B, K)``.
@@ -146,7 +149,11 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
             output_hidden_states = self.config.output_hidden_states
         # Down into the biLM once: the word mask and the mix come back.
         base = self.elmo(
-            input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states, return_dict=True
+            input_ids,
+            attention_mask=attention_mask,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            vocab_ids=vocab_ids,
         )
         mask = base.mask.bool()  # (B, W)
         mix = base.elmo.to(self.classifier.weight.dtype)  # (B, W, 2P) in the head's dtype (the biLM's may differ)

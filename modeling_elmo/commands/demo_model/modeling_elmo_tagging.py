@@ -203,8 +203,9 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
 
     @property
     def needs_vocab_ids(self) -> bool:
-        """Whether ``forward`` needs ``vocab_ids`` (``tokenizer(..., return_vocab_ids=True)``)."""
-        return self.config.tagger_word_input == "embedding"
+        """Whether ``forward`` needs ``vocab_ids`` (``tokenizer(..., return_vocab_ids=True)``): for the tagger's word
+        embedding, or for a biLM with a word input (ELMoForManyLangs)."""
+        return self.config.tagger_word_input == "embedding" or self.elmo.needs_vocab_ids
 
     @can_return_tuple
     def forward(
@@ -248,6 +249,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
                 output_hidden_states=True,
                 token_layer_only=self.num_elmo_mixes == 0,
                 return_dict=True,
+                vocab_ids=vocab_ids,
             )
             # In the head's dtype: the biLM may run in bfloat16 (or int8) under a float32 head.
             dtype = self.classifier.weight.dtype
