@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_download_safety import snapshot
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.commands import cli
@@ -527,10 +528,6 @@ def test_a_zip_link_or_a_missing_file_is_refused(tmp_path, mirror, monkeypatch):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def _user_folder(tmp_path: Path) -> Path:
     """A user's folder outside the cache, shaped like a downloads folder (``unpacked/char.dic``, ``142.zip``)."""
     user = tmp_path / "user"
@@ -550,7 +547,7 @@ def test_symlinked_manylangs_downloads_folder_is_refused(mirror, tmp_path, force
     if force:
         download_released_model("de", cache_dir=cache, base_url=base, progress=False)
     user = _user_folder(tmp_path)
-    before = _snapshot(user)
+    before = snapshot(user)
     link = cache / ".downloads" / "manylangs-de"
     link.parent.mkdir(parents=True, exist_ok=True)
     link.symlink_to(user)
@@ -559,7 +556,7 @@ def test_symlinked_manylangs_downloads_folder_is_refused(mirror, tmp_path, force
     code = cli.main(argv + ["--force"] * force)
     err = capsys.readouterr().err
     assert code == 1 and err.startswith(f"error: {link} is a symbolic link: refusing"), err
-    assert _snapshot(user) == before and len(_Files.requests) == requests
+    assert snapshot(user) == before and len(_Files.requests) == requests
     assert (cache / "manylangs-de").exists() == force  # a cached model stays as it was
 
 
@@ -572,10 +569,10 @@ def test_planted_link_in_the_unpacked_folder_is_not_written_through(mirror, tmp_
     (downloads / "unpacked").mkdir(parents=True)
     (downloads / "142.zip").write_bytes(data)  # a complete download of an earlier call: reused, no request
     user = _user_folder(tmp_path)
-    before = _snapshot(user)
+    before = snapshot(user)
     (downloads / "unpacked" / "char.dic").symlink_to(user / "unpacked" / "char.dic")
     folder = download_released_model("de", cache_dir=tmp_path / "cache", base_url=base, progress=False)
-    assert _snapshot(user) == before and _Files.requests == []
+    assert snapshot(user) == before and _Files.requests == []
     assert (folder / "model.safetensors").is_file() and not (tmp_path / "cache" / ".downloads").exists()
 
 

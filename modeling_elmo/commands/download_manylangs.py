@@ -201,7 +201,7 @@ def download_manylangs(
         with downloads.open(archive, "rb", transfer.force_hint) as file, downloads.folder("unpacked") as unpacked:
             try:
                 _unpack(file, archive, unpacked, transfer.force_hint)
-            except zipfile.BadZipFile as err:
+            except (zipfile.BadZipFile, NotImplementedError, EOFError) as err:  # a bad CRC, an unknown compression
                 raise DownloadError(f"{archive} is not a readable zip file ({err})") from err
             convert_manylangs(unpacked.path, target, overwrite=True, language=canonical.removeprefix(PREFIX))
 
