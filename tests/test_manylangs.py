@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from test_download_safety import snapshot
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.commands import cli
@@ -419,8 +420,10 @@ def test_config_bounds_and_counts():
 
 class _Files(BaseHTTPRequestHandler):
     files: dict[str, bytes] = {}
+    requests: list[str] = []
 
     def do_GET(self):  # noqa: N802
+        self.requests.append(self.path)
         body = self.files.get(self.path)
         if body is None:
             self.send_error(404)
@@ -437,7 +440,7 @@ class _Files(BaseHTTPRequestHandler):
 @pytest.fixture
 def mirror():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Files)
-    _Files.files = {}
+    _Files.files, _Files.requests = {}, []
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield _Files.files, f"http://127.0.0.1:{server.server_address[1]}/repository/11/"
@@ -518,3 +521,109 @@ def test_a_zip_link_or_a_missing_file_is_refused(tmp_path, mirror, monkeypatch):
         download_released_model("zh", cache_dir=tmp_path / "cache", base_url=base, progress=False)
     assert not (tmp_path / "cache" / "manylangs-zh").exists()
     assert not (tmp_path / "cache" / ".downloads").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The cache's safety (issue 26 entries 2 and 13) holds for the 44 languages too: they share download.py's flow
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _user_folder(tmp_path: Path) -> Path:
+    """A user's folder outside the cache, shaped like a downloads folder (``unpacked/char.dic``, ``142.zip``)."""
+    user = tmp_path / "user"
+    (user / "unpacked").mkdir(parents=True)
+    (user / "unpacked" / "char.dic").write_text("my characters\n", encoding="utf-8")
+    (user / "142.zip").write_bytes(b"my zip")
+    return user
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["first-download", "force"])
+def test_symlinked_manylangs_downloads_folder_is_refused(mirror, tmp_path, force, capsys):
+    """``CACHE/.downloads/manylangs-de`` a symlink to a user folder: a first download and ``--force`` on a cached
+    model refuse it before any request, and the user folder survives untouched."""
+    files, base = mirror
+    files["/repository/11/142.zip"] = _zip(FIXTURES / "chars-only", prefix="de/")
+    cache = tmp_path / "cache"
+    if force:
+        download_released_model("de", cache_dir=cache, base_url=base, progress=False)
+    user = _user_folder(tmp_path)
+    before = snapshot(user)
+    link = cache / ".downloads" / "manylangs-de"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(user)
+    requests = len(_Files.requests)
+    argv = ["download", "de", "--cache_dir", str(cache), "--base_url", base, "--disable_tqdm"]
+    code = cli.main(argv + ["--force"] * force)
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith(f"error: {link} is a symbolic link: refusing"), err
+    assert snapshot(user) == before and len(_Files.requests) == requests
+    assert (cache / "manylangs-de").exists() == force  # a cached model stays as it was
+
+
+def test_planted_link_in_the_unpacked_folder_is_not_written_through(mirror, tmp_path):
+    """The zip is already downloaded and ``unpacked/char.dic`` is a symlink to a user file: the unpacking starts
+    from a fresh folder (the link is removed, not what it points to), and the model converts."""
+    files, base = mirror
+    data = _zip(FIXTURES / "chars-only", prefix="de/")
+    downloads = tmp_path / "cache" / ".downloads" / "manylangs-de"
+    (downloads / "unpacked").mkdir(parents=True)
+    (downloads / "142.zip").write_bytes(data)  # a complete download of an earlier call: reused, no request
+    user = _user_folder(tmp_path)
+    before = snapshot(user)
+    (downloads / "unpacked" / "char.dic").symlink_to(user / "unpacked" / "char.dic")
+    folder = download_released_model("de", cache_dir=tmp_path / "cache", base_url=base, progress=False)
+    assert snapshot(user) == before and _Files.requests == []
+    assert (folder / "model.safetensors").is_file() and not (tmp_path / "cache" / ".downloads").exists()
+
+
+MANYLANGS_DAMAGES = {
+    "empty config.json": (lambda f: (f / "config.json").write_bytes(b""), "config.json is not a JSON object"),
+    "no char_vocab.json": (lambda f: (f / "char_vocab.json").unlink(), "char_vocab.json is missing"),
+    "cut char_vocab.json": (
+        lambda f: (f / "char_vocab.json").write_text('["<bos>"]', encoding="utf-8"),
+        "char_vocab.json does not list",
+    ),
+    "cut vocab.txt": (lambda f: (f / "vocab.txt").write_text("<oov>\n", encoding="utf-8"), "vocab.txt has 1 lines"),
+    "empty model.safetensors": (
+        lambda f: (f / "model.safetensors").write_bytes(b""),
+        "model.safetensors has no safetensors header",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", list(MANYLANGS_DAMAGES))
+def test_damaged_cached_manylangs_model_is_reported(mirror, tmp_path, damage):
+    """A damaged ``CACHE/manylangs-de`` is an error naming the damage and ``--force``, without a request;
+    ``force=True`` downloads and converts it again."""
+    files, base = mirror
+    files["/repository/11/142.zip"] = _zip(FIXTURES / "with-words", prefix="de/")
+    cache = tmp_path / "cache"
+    folder = download_released_model("de", cache_dir=cache, base_url=base, progress=False)
+    expected = run(folder, SENTENCES["sentences"][:2])
+    damage_folder, problem = MANYLANGS_DAMAGES[damage]
+    damage_folder(folder)
+    requests = len(_Files.requests)
+    with pytest.raises(DownloadError) as info:
+        download_released_model("German", cache_dir=cache, base_url=base, progress=False)
+    message = str(info.value)
+    assert f"the cached model {folder} is damaged ({problem}" in message, message
+    assert "`elmo download manylangs-de --force`" in message and len(_Files.requests) == requests
+    assert download_released_model("de", cache_dir=cache, base_url=base, force=True, progress=False) == folder
+    for a, b in zip(run(folder, SENTENCES["sentences"][:2]), expected, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_downloaded_zip_with_a_parent_path_is_refused(mirror, tmp_path):
+    """A served zip holding ``../evil.json`` (and ``de/../../evil.json``): refused before anything is unpacked,
+    the download deleted, no model folder, and nothing written outside the cache."""
+    files, base = mirror
+    extra = {"../evil.json": b"{}", "de/../../evil.json": b"{}"}
+    files["/repository/11/142.zip"] = _zip(FIXTURES / "chars-only", prefix="de/", extra=extra)
+    cache = tmp_path / "cache"
+    with pytest.raises(DownloadError) as info:
+        download_released_model("de", cache_dir=cache, base_url=base, progress=False)
+    message = str(info.value)
+    assert "holds an unsafe path '../evil.json': refused" in message and "does not convert" in message, message
+    assert "elmo convert --manylangs_dir DIR" in message
+    assert sorted(os.listdir(cache)) == [".manylangs-de.download.lock"]
+    assert not list(tmp_path.rglob("evil.json"))

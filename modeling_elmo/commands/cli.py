@@ -1188,12 +1188,14 @@ def check_convert_inputs(argv: list[str]) -> None:
     if any(arg in ("-h", "--help") for arg in argv):
         return
     light = argparse.ArgumentParser(add_help=False)
-    for flag in _CONVERT_INPUTS:
+    for flag in (*_CONVERT_INPUTS, "--manylangs_dir"):
         light.add_argument(flag)
     try:
         with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):  # its usage errors are not ours
             known, _ = light.parse_known_args(argv)
     except SystemExit:
+        return
+    if known.manylangs_dir is not None:  # these flags are then a usage error, which the converter names
         return
     for flag, label in _CONVERT_INPUTS.items():
         path = getattr(known, flag.lstrip("-"))

@@ -10,7 +10,6 @@ Portuguese model: ELMoForManyLangs' is ``manylangs-pt``.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -18,15 +17,7 @@ import unicodedata
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from .download import (
-    DownloadError,
-    _bars_off,
-    _drop_downloads,
-    _fetch,
-    _is_converted,
-    _model_lock,
-    default_cache_dir,
-)
+from .download import DownloadError, _cache_path, _CacheFolder, _download_and_convert, _fetch, _Transfer
 
 BASE_URL_ENV = "ELMO_MANYLANGS_BASE_URL"
 DEFAULT_BASE_URL = "http://vectors.nlpl.eu/repository/11/"
@@ -118,52 +109,66 @@ def list_models(base_url: str | None = None) -> str:
     )
 
 
-def _check_zip(path: Path) -> str | None:
+def _check_zip(file) -> str | None:
     try:
-        with zipfile.ZipFile(path) as archive:
+        with zipfile.ZipFile(file) as archive:
             archive.infolist()
     except (zipfile.BadZipFile, OSError) as err:
         return f"not a readable zip file ({err})"
     return None
 
 
-def unpack_model(zip_path: Path, dest: Path) -> Path:
+def _chosen_members(archive: zipfile.ZipFile, label: str) -> dict[str, zipfile.ZipInfo]:
+    """The model's files of ``archive`` by base name, after the checks of [`unpack_model`]."""
+    chosen: dict[str, zipfile.ZipInfo] = {}
+    for info in archive.infolist():
+        raw = info.filename
+        parts = PurePosixPath(raw.replace("\\", "/")).parts
+        if raw.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
+            raise DownloadError(f"{label} holds an unsafe path {raw[:100]!r}: refused")
+        if info.is_dir():
+            continue
+        if (info.external_attr >> 16) & 0o170000 == 0o120000:
+            raise DownloadError(f"{label} holds a link {raw[:100]!r}: refused")
+        base = parts[-1] if parts else ""
+        wanted = base in _MODEL_FILES or (base.endswith(".json") and info.file_size <= _JSON_MAX_BYTES)
+        if not wanted or len(parts) > 2:
+            continue
+        if info.flag_bits & 0x1:
+            raise DownloadError(f"{label}: {raw[:100]!r} is encrypted")
+        if base in chosen:
+            raise DownloadError(f"{label} holds {base} twice ({chosen[base].filename!r}, {raw[:100]!r})")
+        chosen[base] = info
+    missing = [name for name in _MODEL_FILES if name not in chosen]
+    if missing:
+        raise DownloadError(f"{label} is not an ELMoForManyLangs model: it lacks {', '.join(missing)}")
+    total = sum(info.file_size for info in chosen.values())
+    if total > _UNPACKED_MAX_BYTES:
+        raise DownloadError(f"{label} would unpack to {total} bytes, more than {_UNPACKED_MAX_BYTES}")
+    return chosen
+
+
+def _unpack(file, label: str, dest: _CacheFolder, hint: str) -> None:
+    """Extract the model's files of the zip ``file`` into ``dest``, each written through ``dest``'s descriptor
+    ([`_CacheFolder.open`]: a planted link or hard link is refused, never written through)."""
+    with zipfile.ZipFile(file) as archive:
+        for base, info in _chosen_members(archive, label).items():
+            with archive.open(info) as source, dest.open(base, "wb", hint) as out:
+                shutil.copyfileobj(source, out, 1 << 20)
+
+
+def unpack_model(zip_path: str | os.PathLike, dest: str | os.PathLike) -> Path:
     """Extract the model's files (and any small ``.json`` architecture file) of ``zip_path`` into ``dest``.
 
     They may lie at the top or in one folder. Refused, with ``DownloadError``: absolute paths and ``..``, links,
     encrypted entries, a file twice, missing files, declared sizes beyond the bounds (reading never goes past the
-    declared size, and zipfile checks each CRC).
+    declared size, and zipfile checks each CRC). Nothing is written before these checks pass, and a file of
+    ``dest`` that is a symbolic link is refused, not written through.
     """
+    zip_path, dest = Path(zip_path), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    with zipfile.ZipFile(zip_path) as archive:
-        chosen: dict[str, zipfile.ZipInfo] = {}
-        for info in archive.infolist():
-            raw = info.filename
-            parts = PurePosixPath(raw.replace("\\", "/")).parts
-            if raw.startswith(("/", "\\")) or ".." in parts or (parts and ":" in parts[0]):
-                raise DownloadError(f"{zip_path.name} holds an unsafe path {raw[:100]!r}: refused")
-            if info.is_dir():
-                continue
-            if (info.external_attr >> 16) & 0o170000 == 0o120000:
-                raise DownloadError(f"{zip_path.name} holds a link {raw[:100]!r}: refused")
-            base = parts[-1] if parts else ""
-            wanted = base in _MODEL_FILES or (base.endswith(".json") and info.file_size <= _JSON_MAX_BYTES)
-            if not wanted or len(parts) > 2:
-                continue
-            if info.flag_bits & 0x1:
-                raise DownloadError(f"{zip_path.name}: {raw[:100]!r} is encrypted")
-            if base in chosen:
-                raise DownloadError(f"{zip_path.name} holds {base} twice ({chosen[base].filename!r}, {raw[:100]!r})")
-            chosen[base] = info
-        missing = [name for name in _MODEL_FILES if name not in chosen]
-        if missing:
-            raise DownloadError(f"{zip_path.name} is not an ELMoForManyLangs model: it lacks {', '.join(missing)}")
-        total = sum(info.file_size for info in chosen.values())
-        if total > _UNPACKED_MAX_BYTES:
-            raise DownloadError(f"{zip_path.name} would unpack to {total} bytes, more than {_UNPACKED_MAX_BYTES}")
-        for base, info in chosen.items():
-            with archive.open(info) as source, open(dest / base, "wb") as out:
-                shutil.copyfileobj(source, out, 1 << 20)
+    with open(zip_path, "rb") as file, _CacheFolder.open_root(dest) as folder:
+        _unpack(file, zip_path.name, folder, "delete it")
     return dest
 
 
@@ -175,62 +180,47 @@ def download_manylangs(
     force: bool = False,
     progress: bool = True,
     timeout: float = 60.0,
+    min_rate: float | None = None,
 ) -> Path:
-    """``CACHE/manylangs-ISO``, downloaded, unpacked and converted on first use (arguments as
-    ``download_released_model``, which calls this for the 44 languages)."""
-    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    target = cache / canonical
-    if not force and _is_converted(target):
-        return target
+    """``CACHE/manylangs-ISO``, downloaded, unpacked and converted on first use, with the guarantees of
+    ``download_released_model`` (which calls this for the 44 languages, with the same arguments): the shared
+    flow of ``download._download_and_convert``; the zip is unpacked into ``CACHE/.downloads/manylangs-ISO/unpacked``
+    through the cache's folder descriptors."""
+    cache = _cache_path(cache_dir)
     url = zip_url(canonical, base_url)
-    manual = (
-        f"To install it by hand, download {url}, unpack it into a folder DIR, then run `elmo convert "
-        f"--manylangs_dir DIR --output_dir {target}`"
-    )
-    from huggingface_hub import constants
-    from huggingface_hub.utils import are_progress_bars_disabled
+    name = Path(url).name
 
-    progress = progress and not are_progress_bars_disabled()
-    if constants.is_offline_mode():
-        raise DownloadError(
-            f"the model {canonical!r} is not in {cache} and offline mode is on (HF_HUB_OFFLINE). {manual}"
-        )
-    try:
-        cache.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise DownloadError(f"cannot create the ELMo cache folder {cache}: {err.strerror or err}") from err
-    with _model_lock(cache, canonical):
-        if not force and _is_converted(target):
-            return target
-        downloads = cache / ".downloads" / canonical
-        if force:
-            _drop_downloads(downloads)
-        downloads.mkdir(parents=True, exist_ok=True)
-        try:
-            archive = _fetch(url, downloads / Path(url).name, _ZIP_MAX_BYTES, _check_zip, manual, progress, timeout)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                downloads.rmdir()
-                downloads.parent.rmdir()
-            raise
-        from .convert import ConversionError
+    def fetch(downloads: _CacheFolder, transfer: _Transfer) -> str:
+        _fetch(url, downloads, name, _ZIP_MAX_BYTES, _check_zip, None, transfer)
+        return name
+
+    def convert(archive: str, downloads: _CacheFolder, target: Path, transfer: _Transfer) -> None:
         from .convert_manylangs import convert_manylangs
 
-        unpacked = downloads / "unpacked"
-        shutil.rmtree(unpacked, ignore_errors=True)
-        try:
-            unpack_model(archive, unpacked)
-            with _bars_off(not progress):
-                convert_manylangs(unpacked, target, overwrite=True, language=canonical.removeprefix(PREFIX))
-        except (DownloadError, ConversionError, zipfile.BadZipFile) as err:
-            _drop_downloads(downloads)  # wrong files: the next call fetches them anew
-            raise DownloadError(
-                f"the zip of {canonical!r} downloaded from {url} does not convert: {err} (it was deleted). {manual}"
-            ) from err
-        except OSError as err:
-            raise DownloadError(f"could not write {target}: {err}") from err
-        _drop_downloads(downloads)
-    return target
+        downloads.remove_tree("unpacked")  # a fresh folder: nothing an earlier call (or anyone) left there
+        with downloads.open(archive, "rb", transfer.force_hint) as file, downloads.folder("unpacked") as unpacked:
+            try:
+                _unpack(file, archive, unpacked, transfer.force_hint)
+            except (zipfile.BadZipFile, NotImplementedError, EOFError) as err:  # a bad CRC, an unknown compression
+                raise DownloadError(f"{archive} is not a readable zip file ({err})") from err
+            convert_manylangs(unpacked.path, target, overwrite=True, language=canonical.removeprefix(PREFIX))
+
+    return _download_and_convert(
+        canonical,
+        cache,
+        what="the ELMoForManyLangs model",
+        not_converted=lambda err: (
+            f"the zip of {canonical!r} downloaded from {url} does not convert: {err} (it was deleted)"
+        ),
+        manual=f"To install it by hand, download {url}, unpack it into a folder DIR, then run `elmo convert "
+        f"--manylangs_dir DIR --output_dir {cache / canonical}`",
+        fetch=fetch,
+        convert=convert,
+        force=force,
+        progress=progress,
+        timeout=timeout,
+        min_rate=min_rate,
+    )
 
 
 __all__ = ["LANGUAGES", "download_manylangs", "list_models", "manylangs_name", "unpack_model", "zip_url"]
