@@ -302,13 +302,16 @@ def split_sentences(paragraph: str) -> list[str]:
 
 def read_sentences(stream: TextIO, raw: bool) -> Iterator[str]:
     """Sentences of ``stream``: one per line, or with ``raw`` paragraphs (blank-line separated) split by
-    [`split_sentences`]. Streams: holds one paragraph at a time."""
+    [`split_sentences`]. Streams: holds one paragraph at a time. A line holding a NUL character is refused by
+    number ([`CliError`]): it is not text (HDF5 cannot even store it as the words of a sentence)."""
     if not raw:
-        for line in stream:
+        for number, line in enumerate(stream, 1):
+            _check_text_line(stream, number, line)
             yield line.rstrip("\r\n")
         return
     paragraph: list[str] = []
-    for line in stream:
+    for number, line in enumerate(stream, 1):
+        _check_text_line(stream, number, line)
         if line.strip():
             paragraph.append(line)
             continue
@@ -317,6 +320,30 @@ def read_sentences(stream: TextIO, raw: bool) -> Iterator[str]:
             paragraph = []
     if paragraph:
         yield from split_sentences(" ".join(paragraph))
+
+
+def _nul_message(source: str, number: int) -> str:
+    return (
+        f"{source}: line {number} holds a NUL character (\\0), which is not text: is the file UTF-16 or binary? "
+        "Convert it to UTF-8 text (e.g. with iconv) or remove the NUL characters"
+    )
+
+
+def _check_text_line(stream: TextIO, number: int, line: str) -> None:
+    if "\0" in line:
+        name = getattr(stream, "name", None)
+        raise CliError(_nul_message("the input" if not isinstance(name, str) or name == "<stdin>" else name, number))
+
+
+def _check_no_nul(path: str) -> None:
+    """Refuse a file with a NUL byte, naming its line, before the model loads (read in 1 MiB blocks)."""
+    lines = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            at = block.find(b"\0")
+            if at >= 0:
+                raise CliError(_nul_message(path, lines + block.count(b"\n", 0, at) + 1))
+            lines += block.count(b"\n")
 
 
 def _count_lines(path: str) -> int:
@@ -815,6 +842,8 @@ def run_embed(args: argparse.Namespace) -> int:
         raise CliError("no input: give a text file, or pipe text in (e.g. `echo 'Hello world .' | elmo embed`)")
     if not stdin and not os.path.isfile(args.input):
         raise CliError(f"input file {args.input} not found")
+    if not stdin:
+        _check_no_nul(args.input)
     check_device_name(args.device)
 
     with _signals_unwind():
