@@ -308,3 +308,20 @@ def test_embed_sweep_prints_a_row_per_setting(bench, capsys):
     ]
     with pytest.raises(SystemExit, match="BATCH/WORDS or BATCH/WORDS/nocache, got '2/64/x'"):
         bench.main(["--embed_sweep", "2/64/x", "--sizes", "tiny"])
+
+
+def test_bench_embed_memory_prints_rss_after_each_chunk(capsys):
+    """``benchmarks/bench_embed_memory.py`` (issue 26, 17) on the tiny model: one JSON line per corpus size, with the
+    peak and the RSS after each chunk (no threshold: RSS depends on the machine)."""
+    import json
+    import subprocess
+    import sys
+
+    command = [sys.executable, str(REPO / "benchmarks" / "bench_embed_memory.py"), "--size", "tiny",
+               "--sentences", "20", "--chunk_size", "8", "--tracemalloc"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = done.stdout.splitlines()
+    result = json.loads(line)
+    assert result["sentences"] == 20 and len(result["rss_after_chunks_mib"]) == 3
+    assert len(result["traced_mib_after_chunks"]) == 3 and result["peak_rss_mib"] > 0
