@@ -149,11 +149,63 @@ def test_word_cache_is_dropped_when_the_caller_stops_early(reference):
     """A generator closed after its first sentence (a ``break`` in the caller's loop) drops the chunk's cache."""
     _, sentences, _ = reference
     model = tiny_model()
-    results = embed_corpus(model, TOKENIZER, sentences, progress=False)
-    next(results)
+    results = embed_corpus(model, TOKENIZER, sentences, progress=False, ordered=False)
+    next(results)  # after the first batch, in the middle of the chunk
     assert model.token_cache_size == len({w for s in sentences for w in s}) + 2
     results.close()
     assert model.token_cache_size == 0
+
+
+def _chunks(sentences: list[list[str]], chunk_size: int) -> list[list[list[str]]]:
+    return [sentences[k : k + chunk_size] for k in range(0, len(sentences), chunk_size)]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_nothing_of_a_chunk_outlives_it(ordered):
+    """Memory over a long corpus (issue 26, 17): while a chunk runs the token cache holds exactly its distinct
+    words; an ordered chunk's outputs are dropped by the time its results are yielded; and when the next chunk is
+    read, nothing of the previous one is alive (its cache, its outputs, which the caller dropped). Before, the
+    whole previous chunk's outputs (ordered) and its cache lived on while the next chunk was read and tokenized."""
+    import gc
+    import weakref
+
+    rng = random.Random(7)
+    sentences = [[f"w{rng.randint(0, 400)}" for _ in range(rng.randint(1, 12))] for _ in range(60)]
+    model = tiny_model()
+    chunk_size = 16
+    yielded: list[weakref.ref] = []
+    checked = []
+
+    def reader():
+        for k, sentence in enumerate(sentences):
+            if k and k % chunk_size == 0:  # the first sentence of the next chunk is being read
+                gc.collect()
+                checked.append(k)
+                assert model.token_cache_size == 0, "the previous chunk's token cache is still held"
+                alive = [r for r in yielded if r() is not None]
+                assert not alive, f"{len(alive)} outputs of the previous chunk are still held"
+            yield sentence
+
+    for index, array in embed_corpus(model, TOKENIZER, reader(), progress=False, chunk_size=chunk_size,
+                                     batch_size=4, ordered=ordered):  # fmt: skip
+        chunk = _chunks(sentences, chunk_size)[index // chunk_size]
+        if ordered:
+            assert model.token_cache_size == 0  # dropped once the chunk's batches are done
+        else:
+            assert model.token_cache_size == len({w for s in chunk for w in s}) + 2
+        yielded.append(weakref.ref(array))
+        del array
+    assert checked == [16, 32, 48] and model.token_cache_size == 0
+
+
+def test_character_ids_share_their_int_objects():
+    """The tokenizer caches 65,536 words' ids: ids above 256 made anew per word (``i + 1``) cost 32 bytes each,
+    ~1.2 KB more per cached word (issue 26, 17). Now every id is one shared object."""
+    from modeling_elmo.characters import word_to_char_ids
+
+    a, b = word_to_char_ids("cat"), word_to_char_ids("dog")
+    assert a[-1] == b[-1] == 261 and a[-1] is b[-1]  # the padding id
+    assert a[0] == 259 and a[0] is b[0]  # begin of word
 
 
 def test_build_token_cache_takes_character_ids():
@@ -256,3 +308,20 @@ def test_embed_sweep_prints_a_row_per_setting(bench, capsys):
     ]
     with pytest.raises(SystemExit, match="BATCH/WORDS or BATCH/WORDS/nocache, got '2/64/x'"):
         bench.main(["--embed_sweep", "2/64/x", "--sizes", "tiny"])
+
+
+def test_bench_embed_memory_prints_rss_after_each_chunk(capsys):
+    """``benchmarks/bench_embed_memory.py`` (issue 26, 17) on the tiny model: one JSON line per corpus size, with the
+    peak and the RSS after each chunk (no threshold: RSS depends on the machine)."""
+    import json
+    import subprocess
+    import sys
+
+    command = [sys.executable, str(REPO / "benchmarks" / "bench_embed_memory.py"), "--size", "tiny",
+               "--sentences", "20", "--chunk_size", "8", "--tracemalloc"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = done.stdout.splitlines()
+    result = json.loads(line)
+    assert result["sentences"] == 20 and len(result["rss_after_chunks_mib"]) == 3
+    assert len(result["traced_mib_after_chunks"]) == 3 and result["peak_rss_mib"] > 0

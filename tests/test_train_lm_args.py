@@ -320,3 +320,20 @@ def test_token_cache_progress_bar_obeys_transformers_switch(tiny_dir, capsys):
     assert "Caching word vectors" not in capsys.readouterr().err
     model.build_token_cache(["cat", "dog", "fish"])
     assert "Caching word vectors" in capsys.readouterr().err
+
+
+def test_a_missing_model_folder_is_named(tmp_path, capsys):
+    """Issue 26, 9: a missing folder is said to be missing, not reported as a badly formed Hub repo id."""
+    train = tmp_path / "t.txt"
+    train.write_text("a b c\n")
+    base = ["--train_file", str(train), "--output_dir", str(tmp_path / "out")]
+    missing = tmp_path / "missing" / "folder"
+    assert train_lm.main([*base, "--model_name_or_path", str(missing)]) == 1
+    line = _error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: --model_name_or_path {missing}: no such folder"), line
+    assert "Repo id" not in line
+    (tmp_path / "empty").mkdir()
+    assert train_lm.main([*base, "--model_name_or_path", str(tmp_path / "empty")]) == 1
+    assert "the folder has no config.json" in _error_line(capsys.readouterr().err)
+    assert train_lm.main([*base, "--model_name_or_path", str(train)]) == 1
+    assert f"--model_name_or_path {train}: not a folder" in _error_line(capsys.readouterr().err)

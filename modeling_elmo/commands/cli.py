@@ -350,13 +350,16 @@ def split_sentences(paragraph: str) -> list[str]:
 
 def read_sentences(stream: TextIO, raw: bool) -> Iterator[str]:
     """Sentences of ``stream``: one per line, or with ``raw`` paragraphs (blank-line separated) split by
-    [`split_sentences`]. Streams: holds one paragraph at a time."""
+    [`split_sentences`]. Streams: holds one paragraph at a time. A line holding a NUL character is refused by
+    number ([`CliError`]): it is not text (HDF5 cannot even store it as the words of a sentence)."""
     if not raw:
-        for line in stream:
+        for number, line in enumerate(stream, 1):
+            _check_text_line(stream, number, line)
             yield line.rstrip("\r\n")
         return
     paragraph: list[str] = []
-    for line in stream:
+    for number, line in enumerate(stream, 1):
+        _check_text_line(stream, number, line)
         if line.strip():
             paragraph.append(line)
             continue
@@ -367,14 +370,31 @@ def read_sentences(stream: TextIO, raw: bool) -> Iterator[str]:
         yield from split_sentences(" ".join(paragraph))
 
 
+def _nul_message(source: str, number: int) -> str:
+    return (
+        f"{source}: line {number} holds a NUL character (\\0), which is not text: is the file UTF-16 or binary? "
+        "Convert it to UTF-8 text (e.g. with iconv) or remove the NUL characters"
+    )
+
+
+def _check_text_line(stream: TextIO, number: int, line: str) -> None:
+    if "\0" in line:
+        name = getattr(stream, "name", None)
+        raise CliError(_nul_message("the input" if not isinstance(name, str) or name == "<stdin>" else name, number))
+
+
 def scan_text_file(path: str) -> int:
     """Lines of a file as ``for line in file`` counts them (a last line without newline counts), checking on the way
     that it is UTF-8: [`CliError`] naming the first bad line otherwise. One pass over the file, before the model
-    loads, so that a wrong file fails in a second, not after the model has loaded."""
+    loads, so that a wrong file fails in a second, not after the model has loaded. A NUL character is refused too
+    (UTF-16 or binary input), naming its line."""
     decoder = codecs.getincrementaldecoder("utf-8")()
     count, last = 0, b"\n"
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
+            at = block.find(b"\0")
+            if at >= 0:
+                raise CliError(_nul_message(path, count + block.count(b"\n", 0, at) + 1))
             try:
                 decoder.decode(block)
             except UnicodeDecodeError as err:

@@ -13,7 +13,8 @@ and ``ElmoTokenizer.from_pretrained(OUT)`` (or the Auto classes once ``modeling_
 The folder is written next to ``OUT`` inside a marked staging folder (``.OUT.partial-PID-*``) and swapped into
 place at the end (one atomic ``renameat2(RENAME_EXCHANGE)`` on Linux), so a failed conversion leaves nothing behind,
 and a killed one never a half-written or missing ``OUT``: only the hidden staging folder, which the next conversion
-to ``OUT`` removes (restoring the old ``OUT`` first where a kill fell between the two renames of the fallback).
+to ``OUT`` removes (restoring the old ``OUT`` first where a kill fell between the two renames of the fallback), before
+it checks ``OUT``: a run without ``--overwrite`` then refuses the restored folder, and never replaces anything.
 Only folders that carry the marker of a conversion whose process is gone are removed. A lock file
 ``.OUT.lock`` (``flock``) lets one conversion at a time write ``OUT``; the other fails with a clear error.
 
@@ -321,7 +322,9 @@ def convert(
         real = Path(os.path.realpath(path))
         if real_output == real or real_output in real.parents:
             raise ConversionError(f"output_dir {output_dir} holds the {label} {path}: choose another output folder")
-    _check_output_dir(output_dir, overwrite)
+    if output_dir.parent.is_dir():  # fail early, before reading the weights; under the lock, as it may restore
+        with _output_lock(output_dir):
+            _restore_then_check(output_dir, overwrite)
     for parent in output_dir.absolute().parents:
         if parent.exists():
             if not parent.is_dir():
@@ -357,8 +360,7 @@ def convert(
 
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     with _output_lock(output_dir):
-        _check_output_dir(output_dir, overwrite)  # again: a conversion that held the lock may have written it
-        remove_stale_staging(output_dir)
+        _restore_then_check(output_dir, overwrite)  # again: a conversion that held the lock may have written it
         staging = _make_staging(output_dir)
         try:
             new = staging / "model"
@@ -397,11 +399,27 @@ def _check_readable(label: str, path: str) -> None:
         raise ConversionError(f"cannot read {label} {path}: {err.strerror or err}") from err
 
 
-def _check_output_dir(output_dir: Path, overwrite: bool) -> None:
+def _restore_then_check(output_dir: Path, overwrite: bool) -> None:
+    """Tidy up after killed conversions to ``output_dir`` (putting back an old folder a kill left in a staging
+    folder), then refuse an ``output_dir`` that is a file, or a non-empty folder without ``overwrite``.
+
+    In this order: checked first, a missing ``output_dir`` whose old folder waits in a staging folder would pass
+    the check, be restored, and then be replaced without ``--overwrite``. Call it holding the lock.
+    """
+    removed, restored = _remove_stale_staging(output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise ConversionError(f"output_dir {output_dir} exists and is not a folder")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise ConversionError(f"output_dir {output_dir} exists and is not empty (pass --overwrite to replace it)")
+        if restored is not None:
+            how = (
+                f"; it was put back from {restored.name}, where a conversion with --overwrite was killed before "
+                "replacing it"
+            )
+        elif removed:  # e.g. a kill after the swap: the old folder that --overwrite replaced, in its staging folder
+            how = f"; the leftovers of a killed conversion to it were removed ({_listing([p.name for p in removed])})"
+        else:
+            how = ""
+        raise ConversionError(f"output_dir {output_dir} exists and is not empty (pass --overwrite to replace it){how}")
 
 
 # Test hooks, read from the environment of the process: ``ELMO_CONVERT_FAULTS=kill-after-swap`` (or
@@ -561,14 +579,20 @@ def remove_stale_staging(output_dir: str | os.PathLike) -> list[Path]:
     when complete, so ``NAME`` is never half-written; a ``SIGKILL`` can only leave such a hidden staging folder
     behind. Those of processes that no longer run, and only those that carry the marker of [`_make_staging`]
     or are empty (a user's folder of the same name is left alone), are removed here (each conversion does this
-    first).
+    first, before ``NAME`` is checked).
     One that holds the old ``NAME`` (a kill between the two renames of the fallback) gives it back first if
     ``NAME`` is missing.
     """
+    return _remove_stale_staging(output_dir)[0]
+
+
+def _remove_stale_staging(output_dir: str | os.PathLike) -> tuple[list[Path], Path | None]:
+    """[`remove_stale_staging`], also returning the staging folder an old ``output_dir`` was put back from."""
     output_dir = Path(output_dir)
-    removed = []
+    removed: list[Path] = []
+    restored = None
     if not output_dir.parent.is_dir():
-        return removed
+        return removed, restored
     prefix = f".{output_dir.name}.partial-"
     for path in sorted(output_dir.parent.iterdir()):
         if not path.name.startswith(prefix):
@@ -588,9 +612,10 @@ def remove_stale_staging(output_dir: str | os.PathLike) -> list[Path]:
         old = path / "replaced"
         if old.is_dir() and not old.is_symlink() and not os.path.lexists(output_dir):
             os.rename(old, output_dir)
+            restored = path
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
-    return removed
+    return removed, restored
 
 
 def push_to_hub(folder: str | os.PathLike, repo_id: str, private: bool | None = None) -> str:

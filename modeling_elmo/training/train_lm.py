@@ -463,11 +463,33 @@ def _check_args(model_args: ModelArguments, data_args: DataArguments, training_a
     if not _trains(data_args) and not model_args.model_name_or_path:
         raise ValueError("evaluating only (no training text) needs --model_name_or_path")
     if model_args.model_name_or_path:
+        _check_model_path(model_args.model_name_or_path)
         given = [f"--{name}" for name in SIZE_ARGUMENTS if getattr(model_args, name) is not None]
         if given:
             raise ValueError(
                 f"{', '.join(given)} set the sizes of a new biLM; they cannot change --model_name_or_path's"
             )
+
+
+def _check_model_path(name: str) -> None:
+    """Refuse a ``--model_name_or_path`` that is neither a model folder nor a possible Hub id, by name: a missing
+    folder would otherwise reach the Hub client, whose error speaks of repo ids."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    where = f"--model_name_or_path {name}"
+    if os.path.isdir(name):
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            raise ValueError(f"{where}: the folder has no config.json (a model folder from `elmo convert` or train-lm)")
+        return
+    if os.path.exists(name):
+        raise ValueError(f"{where}: not a folder (give a model folder, a Hub id or a released model's name)")
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise ValueError(
+            f"{where}: no such folder (and not a Hub id owner/name or a released model's name, `elmo download --list`)"
+        ) from None
 
 
 def _stream_order(data_args: DataArguments, training_args: ElmoLMTrainingArguments) -> int | None:

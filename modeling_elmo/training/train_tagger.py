@@ -259,7 +259,14 @@ def encode_dataset(dataset, tokenizer, label2id: dict[str, int] | None, vocab_id
     """Tokenize a ``datasets.Dataset`` with ``tokens`` (and ``tags``) columns into model features.
 
     One word is one token (``is_split_into_words=True``), so word-level tags are the labels as they are.
+    ``max_words``: cut longer sentences to that many words; ``None`` or 0 for no limit.
+
+    Raises:
+        ValueError: ``max_words`` is negative or not an integer (``sentence[:-1]`` would drop the last word).
     """
+    # The CLI's --max_words rule (DATA_NUMBER_RULES), for callers from Python too.
+    if max_words is not None and (isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 0):
+        raise ValueError(f"max_words must be None, 0 (no limit) or a positive number of words, got {max_words!r}")
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
         words = [sentence[:max_words] if max_words else sentence for sentence in batch["tokens"]]
