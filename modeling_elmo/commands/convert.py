@@ -322,9 +322,7 @@ def convert(
         real = Path(os.path.realpath(path))
         if real_output == real or real_output in real.parents:
             raise ConversionError(f"output_dir {output_dir} holds the {label} {path}: choose another output folder")
-    if output_dir.parent.is_dir():  # fail early, before reading the weights; under the lock, as it may restore
-        with _output_lock(output_dir):
-            _restore_then_check(output_dir, overwrite)
+    check_output_dir_early(output_dir, overwrite)
     for parent in output_dir.absolute().parents:
         if parent.exists():
             if not parent.is_dir():
@@ -358,31 +356,25 @@ def convert(
         state.update({k: v for k, v in model.state_dict().items() if k.startswith("scalar_mixes.")})
         model.load_state_dict(state, strict=True)
 
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    with _output_lock(output_dir):
-        _restore_then_check(output_dir, overwrite)  # again: a conversion that held the lock may have written it
-        staging = _make_staging(output_dir)
+    def write(new: Path) -> None:
         try:
-            new = staging / "model"
-            try:
-                if softmax_info is None:
-                    model.save_pretrained(new)
-                else:  # the LM head: the softmax is copied in chunks, never held whole
-                    from .convert_softmax import write_lm_folder
+            if softmax_info is None:
+                model.save_pretrained(new)
+            else:  # the LM head: the softmax is copied in chunks, never held whole
+                from .convert_softmax import write_lm_folder
 
-                    write_lm_folder(new, state, softmax_weight_file, config, progress=progress)
-            except SafetensorError as err:  # safetensors reports a full disk (EFBIG, ENOSPC) as its own error
-                raise OSError(f"writing model.safetensors failed: {err}") from err
-            tokenizer.save_pretrained(new)
-            write_model_card(
-                new,
-                config,
-                how_made=_provenance(options_file, weight_file, vocab_file, softmax_weight_file),
-                license="apache-2.0",  # AllenNLP's released ELMo models
-            )
-            _install(new, output_dir, staging)
-        finally:  # the staging folder now holds the partial new folder, or the old output_dir
-            shutil.rmtree(staging, ignore_errors=True)
+                write_lm_folder(new, state, softmax_weight_file, config, progress=progress)
+        except SafetensorError as err:  # safetensors reports a full disk (EFBIG, ENOSPC) as its own error
+            raise OSError(f"writing model.safetensors failed: {err}") from err
+        tokenizer.save_pretrained(new)
+        write_model_card(
+            new,
+            config,
+            how_made=_provenance(options_file, weight_file, vocab_file, softmax_weight_file),
+            license="apache-2.0",  # AllenNLP's released ELMo models
+        )
+
+    install_output_dir(output_dir, overwrite, write)
     return output_dir
 
 
@@ -397,6 +389,31 @@ def _check_readable(label: str, path: str) -> None:
             f.read(1)
     except OSError as err:
         raise ConversionError(f"cannot read {label} {path}: {err.strerror or err}") from err
+
+
+def check_output_dir_early(output_dir: Path, overwrite: bool) -> None:
+    """Refuse ``output_dir`` (as [`_restore_then_check`]) before the inputs are read, so that a bad run fails at
+    once; under the lock, as it may restore an old folder."""
+    if output_dir.parent.is_dir():
+        with _output_lock(output_dir):
+            _restore_then_check(output_dir, overwrite)
+
+
+def install_output_dir(output_dir: Path, overwrite: bool, write: Callable[[Path], None]) -> None:
+    """Write a model folder with ``write(folder)`` into a staging folder beside ``output_dir``, then move it into
+    place atomically (under the lock, after tidying up killed conversions and checking ``output_dir`` again: a
+    conversion that held the lock may have written it). Nothing half-written is left; an old folder is kept on
+    failure."""
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _output_lock(output_dir):
+        _restore_then_check(output_dir, overwrite)
+        staging = _make_staging(output_dir)
+        try:
+            new = staging / "model"
+            write(new)
+            _install(new, output_dir, staging)
+        finally:  # the staging folder now holds the partial new folder, or the old output_dir
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _restore_then_check(output_dir: Path, overwrite: bool) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import shutil
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -35,15 +34,7 @@ from ..manylangs import BOS_WORD, EOS_WORD, MARKS, WORD_MARKS
 from ..model_card import write_model_card
 from ..modeling_elmo import ElmoModel
 from ..tokenization_elmo import ElmoTokenizer
-from .convert import (
-    ConversionError,
-    _check_output_dir,
-    _check_readable,
-    _install,
-    _make_staging,
-    _output_lock,
-    remove_stale_staging,
-)
+from .convert import ConversionError, _check_readable, check_output_dir_early, install_output_dir
 
 FILES = ("char.dic", "word.dic", "encoder.pkl", "token_embedder.pkl", "config.json")
 # The architecture of the released models: the package's configs/cnn_50_100_512_4096_sample.json (and
@@ -376,24 +367,18 @@ def convert_manylangs(
     real_source, real_output = Path(os.path.realpath(source)), Path(os.path.realpath(output_dir))
     if real_output == real_source or real_output in real_source.parents or real_source in real_output.parents:
         raise ConversionError(f"output_dir {output_dir} and the ELMoForManyLangs folder {source} overlap")
-    _check_output_dir(output_dir, overwrite)
+    check_output_dir_early(output_dir, overwrite)
     config, state, tokenizer, arch_source = read_manylangs(source)
     model = ElmoModel(config)
     state.update({k: v for k, v in model.state_dict().items() if k.startswith("scalar_mixes.")})
     model.load_state_dict(state, strict=True)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    with _output_lock(output_dir):
-        _check_output_dir(output_dir, overwrite)
-        remove_stale_staging(output_dir)
-        staging = _make_staging(output_dir)
-        try:
-            new = staging / "model"
-            model.save_pretrained(new)
-            tokenizer.save_pretrained(new)
-            write_model_card(new, model.config, how_made=_provenance(source, arch_source, config), language=language)
-            _install(new, output_dir, staging)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+
+    def write(new: Path) -> None:
+        model.save_pretrained(new)
+        tokenizer.save_pretrained(new)
+        write_model_card(new, model.config, how_made=_provenance(source, arch_source, config), language=language)
+
+    install_output_dir(output_dir, overwrite, write)
     return output_dir
 
 
