@@ -347,6 +347,48 @@ class ConditionalRandomField(nn.Module):
             probabilities = torch.cat([probabilities, probabilities.new_zeros(batch, steps - length, num_tags)], 1)
         return probabilities
 
+    def max_marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Per position and tag, the score of the best whole path through that tag (max-product forward-backward).
+
+        ``max_k`` at any real position is the Viterbi path's score, reached at the Viterbi tag: the per-position
+        argmax is the Viterbi path wherever the best path is unique. When several paths tie for the best score,
+        each position's maximum is shared by the tags those paths take there, and an argmax picks the lowest such
+        tag id, which may mix the tied paths (with float32 scores of a trained tagger this is rare).
+
+        Args:
+            emissions: float ``(B, T, K)``.
+            mask: ``(B, T)`` right-padded, or ``None``.
+
+        Returns:
+            float ``(B, T, K)``: path scores at real positions (``FORBIDDEN_SCORE``-sized for tags no allowed path
+            takes); 0 at masked ones.
+        """
+        emissions, mask = self._check_emissions_and_mask(emissions, mask)
+        transitions, start, end = self._effective_scores(emissions.dtype)
+        batch, steps, num_tags = emissions.shape
+        length = self._max_length(mask)
+        if length == 0:
+            return emissions.new_zeros(batch, steps, num_tags)
+        # alpha[t][b, j]: the best score of a prefix ending in tag j at t (emission at t included).
+        alphas = [start.unsqueeze(0) + emissions[:, 0]]  # (B, K)
+        for t in range(1, length):
+            alphas.append((alphas[-1].unsqueeze(2) + transitions).amax(dim=1) + emissions[:, t])
+        # beta[t][b, i]: the best score of a suffix after t given tag i at t (END included); END alone at a
+        # sequence's last position.
+        final = end.unsqueeze(0).expand(batch, num_tags)
+        betas = [final]
+        for t in range(length - 2, -1, -1):
+            after = (emissions[:, t + 1] + betas[-1]).unsqueeze(1)  # (B, 1, K_next)
+            step = (transitions.unsqueeze(0) + after).amax(dim=2)  # (B, K)
+            betas.append(torch.where(mask[:, t + 1].unsqueeze(1), step, final))
+        betas.reverse()
+        scores = (torch.stack(alphas, dim=1) + torch.stack(betas, dim=1)).masked_fill(
+            ~mask[:, :length].unsqueeze(2), 0.0
+        )
+        if length < steps:
+            scores = torch.cat([scores, scores.new_zeros(batch, steps - length, num_tags)], 1)
+        return scores
+
     def viterbi_tags(
         self, emissions: torch.Tensor, mask: torch.Tensor | None = None, return_scores: bool = False
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:

@@ -31,7 +31,7 @@ from .characters import (
     PADDING_CHAR,
     word_to_char_ids,
 )
-from .configuration_elmo import SIZE_LIMITS
+from .configuration_elmo import SIZE_LIMITS, check_model_name
 
 logger = logging.get_logger(__name__)
 
@@ -343,6 +343,13 @@ class ElmoTokenizer(TokenizersBackend):
     def from_vocab_file(cls, vocab_file: str | os.PathLike, **kwargs) -> ElmoTokenizer:
         """A tokenizer with the vocabulary of a bilm-tf vocabulary file."""
         return cls(vocab_file=vocab_file, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> ElmoTokenizer:
+        """As transformers' ``from_pretrained``; a name that is no path and no ``owner/name`` Hub id (such as a
+        released model's short name) fails at once, as the models' ``from_pretrained`` does (``check_model_name``)."""
+        check_model_name(pretrained_model_name_or_path)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
     def _from_pretrained(cls, resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs):

@@ -17,10 +17,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
-
-from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.commands import cli
 from modeling_elmo.hub_elmo import shipped_files
+
+import elmo_cli as cli
+from modeling_elmo import ElmoModel, ElmoTokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -200,7 +200,7 @@ def test_embed_two_processes_equals_one(tiny_dir, tmp_path):
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_port", str(_free_port()),
-        "-m", "modeling_elmo.commands.cli", "embed", str(text), "-o", str(merged), "--model", str(tiny_dir),
+        "-m", "elmo_cli", "embed", str(text), "-o", str(merged), "--model", str(tiny_dir),
         "--batch_size", "4", "--disable_tqdm",
     ]  # fmt: skip
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -385,9 +385,7 @@ def test_readme_main_job_command_runs_on_the_demo_model():
     command = shlex.split(main_job.split("&&")[-1].strip())
     assert command[0] == "elmo", f"the README's main job must end with an elmo command, got {command}"
     executable = shutil.which(command[0])
-    argv = (
-        [executable, *command[1:]] if executable else [sys.executable, "-m", "modeling_elmo.commands.cli", *command[1:]]
-    )
+    argv = [executable, *command[1:]] if executable else [sys.executable, "-m", "elmo_cli", *command[1:]]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout

@@ -20,6 +20,7 @@ from modeling_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
+from modeling_elmo.utils.inference import embed_sentences
 
 PACKAGE = Path(__file__).resolve().parent.parent / "modeling_elmo"
 TINY = dict(
@@ -121,8 +122,8 @@ def test_embed_sentences_needs_the_callers_tokenizer():
     torch.manual_seed(0)
     model = ElmoModel(ElmoConfig(**TINY))
     with pytest.raises(TypeError, match="tokenizer"):
-        model.embed_sentences(["A sentence ."])
-    vectors = model.embed_sentences(["A sentence ."], tokenizer=ElmoTokenizer())
+        embed_sentences(model, ["A sentence ."])
+    vectors = embed_sentences(model, ["A sentence ."], tokenizer=ElmoTokenizer())
     assert vectors.shape == (1, 16)
 
 

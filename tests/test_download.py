@@ -24,7 +24,7 @@ import pytest
 from huggingface_hub.errors import LocalTokenNotFoundError
 from safetensors.numpy import load_file
 
-from modeling_elmo.commands import cli
+import elmo_cli as cli
 from modeling_elmo.commands.convert import main as convert_main
 from modeling_elmo.commands.download import (
     RELEASED_MODELS,

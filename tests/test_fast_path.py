@@ -18,6 +18,7 @@ from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.characters import word_to_char_ids
 from modeling_elmo.utils.embedding_elmo import embed_corpus
 from modeling_elmo.utils.reference_elmo import reference_forward
+from modeling_elmo.utils.token_cache import build_token_cache
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZER = ElmoTokenizer()
@@ -136,7 +137,7 @@ def test_token_cache_gives_the_same_outputs_and_falls_back_for_unknown_words():
     enc = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
         before = model(**enc, output_hidden_states=True).hidden_states
-    assert model.build_token_cache(["the", "cat", "sat", "an", "the"], progress=False) == 4
+    assert build_token_cache(model, ["the", "cat", "sat", "an", "the"], progress=False) == 4
     with torch.no_grad():
         after = model(**enc, output_hidden_states=True).hidden_states
     for x, y in zip(before, after, strict=True):
@@ -152,7 +153,7 @@ def test_token_cache_gives_the_same_outputs_and_falls_back_for_unknown_words():
     assert (trained - before[0]).abs().max() <= 1e-6
     trained.sum().backward()
     assert model.char_cnn.projection.weight.grad is not None
-    model.clear_token_cache()
+    model.token_cache = None
     assert model._token_cache is None
 
 

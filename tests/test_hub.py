@@ -18,12 +18,13 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
+from modeling_elmo.hub_elmo import ELMO_AUTO_MAP, FORBIDDEN_IMPORTS, shipped_files
 from transformers import AutoConfig, AutoModel, AutoTokenizer, pipeline
 
+from elmo_cli import demo_model_path
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from modeling_elmo.commands.cli import demo_model_path
-from modeling_elmo.hub_elmo import ELMO_AUTO_MAP, FORBIDDEN_IMPORTS, shipped_files
-from modeling_elmo.model_card import GENERATED_MARKER, bilm_parameter_count
+from modeling_elmo.utils.inference import embed_sentences, tf_hub_outputs
+from modeling_elmo.utils.model_card import GENERATED_MARKER, bilm_parameter_count
 
 REPO = Path(__file__).resolve().parent.parent
 SENTENCES = ["The cat sat on the mat.", "Hello!", "John Smith lives in New York."]
@@ -242,7 +243,7 @@ REMOTE_SCRIPT = textwrap.dedent(
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
         np.savez(out_dir / "base.npz", **tensors(model(**batch, output_hidden_states=True)),
-                 default=model.tf_hub_outputs(**batch)["default"].numpy())
+                 default=tf_hub_outputs(model, **batch)["default"].numpy())
     report["classes"] = [type(o).__module__ for o in (config, tokenizer, model)]
     fe = pipeline("feature-extraction", model=base, trust_remote_code=True)
     report["feature_extraction"] = fe("The cat sat.")
@@ -314,7 +315,7 @@ def test_remote_code_loads_without_the_package(folders, tmp_path):
     model = ElmoModel.from_pretrained(folders["base"]).eval()
     with torch.no_grad():
         expected = _tensors(model(**batch, output_hidden_states=True))
-        expected["default"] = model.tf_hub_outputs(**batch)["default"].numpy()
+        expected["default"] = tf_hub_outputs(model, **batch)["default"].numpy()
     _assert_same(expected, tmp_path / "base.npz")
     fe_words = np.asarray(report["feature_extraction"][0])
     assert fe_words.shape == (4, 16)  # The, cat, sat, .
@@ -475,7 +476,7 @@ def test_tf_hub_outputs_names_shapes_and_masked_mean(folders):
     tokenizer = ElmoTokenizer.from_pretrained(folders["base"])
     batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.no_grad():
-        outputs = model.tf_hub_outputs(**batch)
+        outputs = tf_hub_outputs(model, **batch)
         reference = model(**batch, output_hidden_states=True)
     b, w = batch["attention_mask"].shape
     assert set(outputs) == {"word_emb", "lstm_outputs1", "lstm_outputs2", "elmo", "default", "sequence_len"}
@@ -488,12 +489,12 @@ def test_tf_hub_outputs_names_shapes_and_masked_mean(folders):
     for row in range(b):
         torch.testing.assert_close(outputs["default"][row], reference.elmo[row][mask[row]].mean(dim=0))
     # The mean ignores padding: a sentence alone gives the same vector as in a padded batch.
-    alone = model.embed_sentences([SENTENCES[1]], tokenizer=tokenizer)
+    alone = embed_sentences(model, [SENTENCES[1]], tokenizer=tokenizer)
     torch.testing.assert_close(alone[0], outputs["default"][1], atol=1e-6, rtol=1e-5)
-    per_word = model.embed_sentences(SENTENCES, tokenizer, output="lstm_outputs1", batch_size=2)
+    per_word = embed_sentences(model, SENTENCES, tokenizer, output="lstm_outputs1", batch_size=2)
     assert [t.shape[0] for t in per_word] == mask.sum(dim=1).tolist()
     with pytest.raises(ValueError, match="output must be one of"):
-        model.embed_sentences(SENTENCES, tokenizer, output="lstm_outputs3")
+        embed_sentences(model, SENTENCES, tokenizer, output="lstm_outputs3")
 
 
 def test_tf_hub_outputs_and_embed_sentences_need_no_gradients(folders):
@@ -502,12 +503,12 @@ def test_tf_hub_outputs_and_embed_sentences_need_no_gradients(folders):
     model = ElmoModel.from_pretrained(folders["base"])
     model.requires_grad_(True)
     tokenizer = ElmoTokenizer.from_pretrained(folders["base"])
-    outputs = model.tf_hub_outputs(**tokenizer(SENTENCES, padding=True, return_tensors="pt"))
+    outputs = tf_hub_outputs(model, **tokenizer(SENTENCES, padding=True, return_tensors="pt"))
     assert torch.is_grad_enabled() and isinstance(outputs, dict)
     assert [name for name, tensor in outputs.items() if tensor.requires_grad] == []
-    vectors = model.embed_sentences(SENTENCES, tokenizer)
+    vectors = embed_sentences(model, SENTENCES, tokenizer)
     assert isinstance(vectors, torch.Tensor) and vectors.shape == (3, 16) and not vectors.requires_grad
-    words = model.embed_sentences(SENTENCES, tokenizer, output="elmo")
+    words = embed_sentences(model, SENTENCES, tokenizer, output="elmo")
     assert [tuple(t.shape) for t in words] == [(7, 16), (2, 16), (7, 16)] and not any(t.requires_grad for t in words)
 
 

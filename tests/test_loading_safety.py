@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 
 from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from modeling_elmo.utils.export_elmo import ElmoExportWrapper, check_export_inputs, example_inputs
+from modeling_elmo.utils.token_cache import build_token_cache
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZER = ElmoTokenizer()
@@ -284,7 +285,7 @@ def test_token_cache_follows_weight_changes(kind: str):
     model = tiny_model()
     model.config.elmo_dropout = 0.0
     enc = _batch()
-    model.build_token_cache(WORDS, progress=False)
+    build_token_cache(model, WORDS, progress=False)
     _change_weights(model, kind)
     with torch.no_grad():
         cached = model(**enc, output_hidden_states=True).hidden_states
@@ -294,7 +295,7 @@ def test_token_cache_follows_weight_changes(kind: str):
     for x, y in zip(cached, fresh, strict=True):
         assert torch.equal(x, y)
     # A cache built again is used for the new weights and gives their outputs.
-    assert model.build_token_cache(WORDS, progress=False) == len(WORDS)
+    assert build_token_cache(model, WORDS, progress=False) == len(WORDS)
     with torch.no_grad():
         again = model(**enc, output_hidden_states=True).hidden_states
     assert model._token_cache is not None
@@ -305,7 +306,7 @@ def test_token_cache_follows_weight_changes(kind: str):
 def test_token_cache_is_kept_while_the_weights_do_not_change():
     model = copy.deepcopy(MODEL)
     enc = _batch()
-    model.build_token_cache(WORDS, progress=False)
+    build_token_cache(model, WORDS, progress=False)
     with torch.no_grad():
         model(**enc)
         model.train()
@@ -387,7 +388,7 @@ def test_folder_without_config_json_is_named_as_such(saved: Path, tmp_path: Path
     assert ElmoModel.from_pretrained(folder, config=MODEL.config) is not None  # an explicit config still works
     env = _hub_env(tmp_path, "https://huggingface.co")
     result = subprocess.run(
-        [sys.executable, "-m", "modeling_elmo.commands.cli", "embed", "-", "-o", str(tmp_path / "o.hdf5"), "--model",
+        [sys.executable, "-m", "elmo_cli", "embed", "-", "-o", str(tmp_path / "o.hdf5"), "--model",
          str(folder)],  # fmt: skip
         input="a b\n", env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
@@ -413,7 +414,7 @@ def test_unreachable_hub_fails_fast_and_clearly(tmp_path: Path, how: str):
             result, _ = _python(code, env, timeout=FAST * 2)
         else:
             result = subprocess.run(
-                [sys.executable, "-m", "modeling_elmo.commands.cli", "embed", "-", "-o", str(tmp_path / "o.hdf5"),
+                [sys.executable, "-m", "elmo_cli", "embed", "-", "-o", str(tmp_path / "o.hdf5"),
                  "--model", "some-user/some-model"],  # fmt: skip
                 input="a b\n", env=env, capture_output=True, text=True, timeout=FAST * 2, cwd=tmp_path,
             )  # fmt: skip

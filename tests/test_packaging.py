@@ -82,7 +82,7 @@ def test_wheel_metadata(wheel):
     extras = set(meta.get_all("Provides-Extra"))
     assert {"train", "export", "test", "dev"} <= extras
     entry_points = archive.read(meta_name.replace("METADATA", "entry_points.txt")).decode()
-    assert "elmo = modeling_elmo.commands.cli:main" in entry_points
+    assert "elmo = elmo_cli:main" in entry_points
     assert "elmo-convert = modeling_elmo.commands.convert:main" in entry_points
 
 
@@ -112,7 +112,7 @@ def _run_without(modules: str, code: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("command", ["train-lm", "train-tagger"])
 def test_training_command_without_its_extra_names_the_extra(command):
-    code = f"from modeling_elmo.commands.cli import main; raise SystemExit(main([{command!r}, '--help']))"
+    code = f"from elmo_cli import main; raise SystemExit(main([{command!r}, '--help']))"
     done = _run_without("accelerate", code)
     assert done.returncode == 1, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()

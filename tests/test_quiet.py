@@ -125,7 +125,7 @@ def _import_report(stderr: str) -> tuple[float, set[str]]:
 
 
 def _elmo_commands() -> list[list[str]]:
-    commands = [[sys.executable, "-X", "importtime", "-m", "modeling_elmo.commands.cli"]]
+    commands = [[sys.executable, "-X", "importtime", "-m", "elmo_cli"]]
     script = Path(sys.executable).parent / "elmo"  # the installed console script, if this environment has it
     if script.is_file():
         commands.append([sys.executable, "-X", "importtime", str(script)])

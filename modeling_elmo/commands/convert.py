@@ -47,9 +47,9 @@ from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
 from ..configuration_elmo import ElmoConfig
-from ..model_card import write_model_card
 from ..modeling_elmo import ElmoModel
 from ..tokenization_elmo import ElmoTokenizer
+from ..utils.model_card import write_model_card
 
 
 class ConversionError(ValueError):

@@ -38,9 +38,9 @@ from transformers.utils import logging as hf_logging
 
 from ..commands.download import resolve_pretrained
 from ..configuration_elmo import ElmoConfig
-from ..model_card import hub_model_id, metric_results, write_model_card
 from ..modeling_elmo_pretraining import ElmoForPreTraining
 from ..tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
+from ..utils.model_card import hub_model_id, metric_results, write_model_card
 from .arguments import ElmoArgumentParser
 from .checkpoints import checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers

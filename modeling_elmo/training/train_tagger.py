@@ -47,7 +47,8 @@ from transformers import IntervalStrategy, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
 from ..commands.download import resolve_pretrained
-from ..model_card import hub_model_id, metric_results, write_model_card
+from ..utils.model_card import hub_model_id, metric_results, write_model_card
+from ..utils.token_cache import build_token_cache
 from .arguments import ElmoArgumentParser
 from .checkpoints import CHECKPOINT_PATTERN, checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
@@ -316,7 +317,8 @@ def make_compute_metrics(id2label: dict[int, str], scheme: str):
 
 
 def make_preprocess_logits(model):
-    """Turn a batch's logits into tag ids before Trainer gathers them (Viterbi with a CRF, argmax without).
+    """Turn a batch's logits into tag ids before Trainer gathers them: the argmax per word, which for a CRF tagger
+    (whose ``logits`` are the CRF's max-marginals) is the Viterbi path.
 
     The labels give the mask: word-level labels are ``-100`` only on padding.
     """
@@ -324,10 +326,7 @@ def make_preprocess_logits(model):
     def preprocess(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if isinstance(logits, tuple):
             logits = logits[0]
-        mask = labels.ne(IGNORE_INDEX)
-        if model.crf is not None:
-            return model.crf.viterbi_tags(logits, mask)
-        return logits.argmax(dim=-1).masked_fill(~mask, IGNORE_INDEX)
+        return logits.argmax(dim=-1).masked_fill(~labels.ne(IGNORE_INDEX), IGNORE_INDEX)
 
     return preprocess
 
@@ -973,7 +972,7 @@ def _train(
     if model.uses_bilm and model.config.freeze_bilm:
         # A frozen character encoder gives every word a fixed vector: compute each once.
         words = {w for sentence in data.train_sentences + (data.eval_sentences or []) for w in sentence}
-        model.elmo.build_token_cache(sorted(words), progress=progress)
+        build_token_cache(model.elmo, sorted(words), progress=progress)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     logger.info("model: %s parameters, %s trained", f"{model.num_parameters():,}", f"{trainable:,}")
 

@@ -28,7 +28,7 @@ Other differences from AllenNLP, plainly:
 - ``keep_sentence_boundaries=True`` is not supported (the model drops ``<S>``/``</S>`` itself): a ``ValueError``.
 - ``do_layer_norm=True`` normalises each layer over the batch's words; AllenNLP's statistics also included the
   ``<S>``/``</S>`` positions, so the values differ slightly.
-- ``vocab_to_cache`` builds [`ElmoModel.build_token_cache`] (the same vectors, faster); ``word_inputs`` is
+- ``vocab_to_cache`` builds [`build_token_cache`] (the same vectors, faster); ``word_inputs`` is
   accepted and ignored: the character ids give the same words.
 - The state dict's names are this package's, so an AllenNLP checkpoint of a whole model does not load as such.
 - ``ElmoEmbedder.embed_file`` writes this package's ``elmo embed`` layout (AllenNLP's datasets and
@@ -49,6 +49,7 @@ from torch import nn
 from ..characters import MAX_CHARACTERS_PER_TOKEN, word_to_char_ids
 from ..configuration_elmo import ElmoConfig
 from ..modeling_elmo import ElmoLstmState, ElmoModel, ElmoScalarMix
+from .token_cache import build_token_cache
 
 DEFAULT_BATCH_SIZE = 64  # AllenNLP's ElmoEmbedder default
 EMBED_FILE_FORMATS = ("all", "top", "average")
@@ -182,7 +183,7 @@ class Elmo(nn.Module):
         self.stateful = stateful
         self._state = ElmoLstmState()
         if vocab_to_cache is not None:
-            self._elmo_lstm.build_token_cache(list(vocab_to_cache), progress=False)
+            build_token_cache(self._elmo_lstm, list(vocab_to_cache), progress=False)
 
     def get_output_dim(self) -> int:
         """Width of each representation: ``2 * projection_dim`` (1024 for the original model)."""

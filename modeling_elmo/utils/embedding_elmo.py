@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .token_cache import build_token_cache, token_cache_size
+
 # AllenNLP's three (``allennlp elmo --all/--top/--average``, same meanings), then this package's two.
 OUTPUTS = ("all", "top", "average", "elmo", "sentence_mean")
 # The names before AllenNLP's were adopted: still accepted, with a FutureWarning.
@@ -107,7 +109,7 @@ def embed_corpus(
             yields every batch's outputs when the batch is done: each index still comes exactly once, and a
             chunk is complete before the next one starts, but within a chunk the order is by length.
         word_cache: while a chunk runs, hold the character encoder's vectors of its distinct words (and of
-            ``<S>``, ``</S>``) in the model's token cache ([`ElmoModel.build_token_cache`]), dropped at the end.
+            ``<S>``, ``</S>``) in the model's token cache ([`build_token_cache`]), dropped at the end.
             At the original size a word takes 2 KB in float32: about 20 MB for a chunk of 4096 WikiText-2
             sentences (9,000-10,000 distinct words). The outputs are the same (to float rounding). Not done when
             the model already has a token cache: that one is used as it is, and kept.
@@ -123,7 +125,7 @@ def embed_corpus(
     # Checked above at the call, not at the first next(); the work is done by the generator below.
     return _embed_chunks(
         model, tokenizer, sentences, output, batch_size, max_batch_words, chunk_size, is_split_into_words, progress,
-        total, ordered, word_cache and model.token_cache_size == 0,
+        total, ordered, word_cache and token_cache_size(model) == 0,
     )  # fmt: skip
 
 
@@ -160,7 +162,9 @@ def _embed_chunks(
             if cache_chunks:
                 distinct = torch.tensor(list({tuple(word) for item in words for word in item}), dtype=torch.long)
                 chars = model.config.max_characters_per_token
-                model.build_token_cache(torch.cat([distinct.view(-1, chars), model.boundary_ids.cpu()]), progress=False)
+                build_token_cache(
+                    model, torch.cat([distinct.view(-1, chars), model.boundary_ids.cpu()]), progress=False
+                )
             results: list[np.ndarray | None] = [None] * len(chunk) if ordered else []
             for batch in _batches([len(w) for w in words], batch_size, max_batch_words):
                 encoded = tokenizer.pad({"input_ids": [words[i] for i in batch]}, return_tensors="pt")
@@ -199,7 +203,7 @@ def _embed_chunks(
     finally:
         bar.close()
         if cache_chunks:
-            model.clear_token_cache()
+            model.token_cache = None
 
 
 __all__ = ["OUTPUTS", "embed_corpus", "resolve_output"]

@@ -30,7 +30,8 @@ import warnings
 import torch
 from torch import nn
 
-from ..modeling_elmo import BOTH_DIRECTIONS, ElmoBiLstmLayer, ElmoModel, ElmoPreTrainedModel, _stacked
+from ..fast_path_elmo import BOTH_DIRECTIONS, _stacked
+from ..modeling_elmo import ElmoBiLstmLayer, ElmoModel, ElmoPreTrainedModel
 
 
 def _quantize_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -86,6 +87,8 @@ class Int8Linear(nn.Module):
 class Int8BiLstmLayer(ElmoBiLstmLayer):
     """An [`ElmoBiLstmLayer`] whose three products (input, recurrent, projection) run in int8; the recurrence,
     the float32 cell state and the clips are the float32 layer's own (``ElmoBiLstmLayer.forward``)."""
+
+    use_prepacked_weights = False  # its products are int8 ones: the float32 CPU fast path does not apply
 
     def __init__(self, layer: ElmoBiLstmLayer):
         nn.Module.__init__(self)
@@ -147,7 +150,7 @@ def quantize_int8(model: ElmoPreTrainedModel) -> ElmoPreTrainedModel:
             f"quantize_int8 takes a float32 model on CPU (int8 kernels are CPU kernels), got a {base.dtype} biLM on "
             f"{', '.join(sorted(devices))}: load it without dtype= and quantize before moving it"
         )
-    base.clear_token_cache()  # built with the float32 encoder; build it again after quantizing if wanted
+    base.token_cache = None  # built with the float32 encoder; build it again after quantizing if wanted
     encoder = base.char_cnn
     for highway in encoder.highways:
         highway.carry, highway.transform = Int8Linear(highway.carry), Int8Linear(highway.transform)
