@@ -562,8 +562,17 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """As ``PreTrainedModel.save_pretrained``; the weight files then get the mode of a new file under the user's
         umask (transformers writes them 0600, readable by their owner alone). A plain folder: config and weights,
         with code files and ``auto_map`` only when remote code was asked for (``register_for_auto_class``, see
-        ``modeling_elmo.utils.hub``)."""
-        super().save_pretrained(save_directory, *args, **kwargs)
+        ``modeling_elmo.utils.hub``). A config read from a remote-code folder keeps that folder's ``auto_map``: it
+        is left out of a plain save, whose folder holds no code for it to name."""
+        stale = None
+        if self._auto_class is None and getattr(self.config, "auto_map", None):
+            stale = self.config.auto_map
+            del self.config.auto_map
+        try:
+            super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            if stale is not None:
+                self.config.auto_map = stale
         if os.path.isdir(save_directory):
             follow_umask(Path(save_directory).glob("*.safetensors*"))
 

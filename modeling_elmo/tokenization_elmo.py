@@ -277,9 +277,6 @@ class ElmoTokenizer(TokenizersBackend):
     vocab_files_names = VOCAB_FILES_NAMES
     model_input_names = ["input_ids", "attention_mask"]
     padding_side = "right"
-    # As ``register_for_auto_class("AutoTokenizer")``: a save writes the auto_map entry and copies this code, so that
-    # the folder loads with ``trust_remote_code=True`` without this package (set here, not at package import).
-    _auto_class = "AutoTokenizer"
 
     def __init__(
         self,
