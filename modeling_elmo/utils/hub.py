@@ -11,8 +11,10 @@ config also names that pipeline in ``custom_pipelines``. ``elmo convert --remote
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
@@ -40,6 +42,8 @@ ENTRY_MODULES = (
 # would make it a requirement for everyone who loads the model from the Hub.
 FORBIDDEN_IMPORTS = ("h5py", "datasets", "accelerate", "seqeval", "modeling_elmo", "convert_original_weights")
 
+_UNSET = object()
+
 # Seconds to wait for the Hugging Face Hub in the commands' check before loading a Hub id (``hub_local_files_only``).
 HUB_PROBE_TIMEOUT = 5.0
 
@@ -59,30 +63,45 @@ def shipped_files() -> list[Path]:
     return [found[name] for name in sorted(found)]
 
 
-def register_remote_code(model, tokenizer=None) -> None:
-    """Ask for remote code: register ``model`` (for the Auto class of its class), its config and ``tokenizer`` with
-    ``register_for_auto_class``, so that their ``save_pretrained`` copies their code and writes ``auto_map``."""
+@contextlib.contextmanager
+def remote_code(model, tokenizer=None) -> Iterator[None]:
+    """Within the block, saves (``save_pretrained``, ``push_to_hub``) of ``model``, its config and ``tokenizer`` carry
+    their code: each is registered with ``register_for_auto_class`` (the model for the Auto class of its class).
+
+    transformers' registration is class-wide (``_auto_class`` is a class attribute): the classes' earlier settings
+    come back when the block ends, so that later saves in this process stay plain.
+    """
     name = type(model).__name__
     if name not in AUTO_CLASSES:
         raise ValueError(f"no Auto class for {name}: remote code is for {', '.join(AUTO_CLASSES)}")
-    model.register_for_auto_class(AUTO_CLASSES[name])
-    model.config.register_for_auto_class()
-    if tokenizer is not None:
-        tokenizer.register_for_auto_class()
+    classes = [type(model), type(model.config)] + ([type(tokenizer)] if tokenizer is not None else [])
+    before = [cls.__dict__.get("_auto_class", _UNSET) for cls in classes]
+    try:
+        model.register_for_auto_class(AUTO_CLASSES[name])
+        model.config.register_for_auto_class()
+        if tokenizer is not None:
+            tokenizer.register_for_auto_class()
+        yield
+    finally:
+        for cls, value in zip(classes, before, strict=True):
+            if value is _UNSET:
+                delattr(cls, "_auto_class")
+            else:
+                cls._auto_class = value
 
 
 def save_with_remote_code(model, tokenizer, folder: str | os.PathLike) -> None:
     """Save ``model`` and ``tokenizer`` into ``folder`` with their code, loadable without this package
     (``trust_remote_code=True``); a tagger also names its pipeline for ``"token-classification"``."""
-    register_remote_code(model, tokenizer)
-    if type(model).__name__ == "ElmoForTokenClassification":
-        from ..pipelines_elmo import ElmoTokenClassificationPipeline
+    with remote_code(model, tokenizer):
+        if type(model).__name__ == "ElmoForTokenClassification":
+            from ..pipelines_elmo import ElmoTokenClassificationPipeline
 
-        # Pipeline.save_pretrained: the documented way to share a pipeline class (custom_pipelines + its file).
-        ElmoTokenClassificationPipeline(model=model, tokenizer=tokenizer).save_pretrained(folder)
-    else:
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+            # Pipeline.save_pretrained: the documented way to share a pipeline class (custom_pipelines + its file).
+            ElmoTokenClassificationPipeline(model=model, tokenizer=tokenizer).save_pretrained(folder)
+        else:
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
 
 
 def _is_hub_id(name: str) -> bool:
@@ -144,7 +163,7 @@ __all__ = [
     "ENTRY_MODULES",
     "FORBIDDEN_IMPORTS",
     "hub_local_files_only",
-    "register_remote_code",
+    "remote_code",
     "save_with_remote_code",
     "shipped_files",
 ]
