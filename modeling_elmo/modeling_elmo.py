@@ -532,12 +532,19 @@ class ElmoPreTrainedModel(PreTrainedModel):
         name = pretrained_model_name_or_path
         check_source(name, kwargs)
         want_info = kwargs.pop("output_loading_info", False)
+        source = os.fspath(name) if isinstance(name, (str, os.PathLike)) else "the given state_dict"
         try:
             model, info = super().from_pretrained(name, *model_args, output_loading_info=True, **kwargs)
+        except RuntimeError as error:
+            if "ignore_mismatched_sizes" not in str(error):
+                raise
+            raise ValueError(
+                f"the weights in {source} do not fit the config (wrong sizes in config.json or in from_pretrained "
+                "arguments?): transformers' load report above lists them"
+            ) from error
         except Exception as error:
             if type(error).__name__ != "SafetensorError":
                 raise
-            source = os.fspath(name) if isinstance(name, (str, os.PathLike)) else "the given state_dict"
             raise OSError(f"cannot read the safetensors weights of {source}: corrupt or truncated ({error})") from error
         check_loaded(model, info, name, kwargs)
         model._after_loading()
