@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 
 from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from modeling_elmo.utils.export_elmo import ElmoExportWrapper, check_export_inputs, example_inputs
-from modeling_elmo.utils.token_cache import build_token_cache
+from modeling_elmo.utils.token_cache import build_token_cache, token_cache_size
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZER = ElmoTokenizer()
@@ -289,7 +289,7 @@ def test_token_cache_follows_weight_changes(kind: str):
     _change_weights(model, kind)
     with torch.no_grad():
         cached = model(**enc, output_hidden_states=True).hidden_states
-    assert model._token_cache is None  # dropped, not used
+    assert token_cache_size(model) == 0  # dropped, not used
     with torch.no_grad():
         fresh = model(**enc, output_hidden_states=True).hidden_states
     for x, y in zip(cached, fresh, strict=True):
@@ -298,7 +298,7 @@ def test_token_cache_follows_weight_changes(kind: str):
     assert build_token_cache(model, WORDS, progress=False) == len(WORDS)
     with torch.no_grad():
         again = model(**enc, output_hidden_states=True).hidden_states
-    assert model._token_cache is not None
+    assert token_cache_size(model) == len(WORDS)
     for x, y in zip(again, fresh, strict=True):  # float rounding of the batched vs. one-by-one CNN only
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
 
@@ -312,7 +312,7 @@ def test_token_cache_is_kept_while_the_weights_do_not_change():
         model.train()
         model(**enc)  # training other parts (or dropout) leaves the character encoder alone
         model.eval()
-        model._token_cache_vectors.fill_(123.0)
+        model.token_cache.vectors.fill_(123.0)
         poisoned = model(**enc, output_hidden_states=True).hidden_states[0]
     assert poisoned.abs().max() >= 123.0  # the cache is really used
 
