@@ -1098,6 +1098,7 @@ def run_delegated(command: str, argv: list[str]) -> int:
                 'pip install "modeling-elmo[train]" (from a checkout: pip install -e ".[train]")'
             )
     try:
+        import_package()
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name == module_name:
@@ -1304,6 +1305,22 @@ N-th sentence into a part file; process 0 merges them in input order and deletes
     return parser
 
 
+def import_package() -> None:
+    """Import ``modeling_elmo`` (which registers it with transformers) for a subcommand. The command's own output
+    leaves out transformers' notice that the package's class now serves the stock "token-classification" task: a
+    Python user sees it once, a command's user has nothing to do with it."""
+    if "modeling_elmo" in sys.modules:
+        return
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        importlib.import_module("modeling_elmo")
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``elmo`` command; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -1326,6 +1343,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2
+        import_package()
         return args.func(args)
     except CliError as err:
         print(f"error: {err}", file=sys.stderr)

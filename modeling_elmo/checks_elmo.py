@@ -211,6 +211,26 @@ def check_source(name, kwargs: dict) -> None:
         _check_safetensors_indexes(folder)
     else:
         check_model_name(name)
+        _check_cached_hub_index(os.fspath(name), kwargs)
+
+
+def _check_cached_hub_index(name: str, kwargs: dict) -> None:
+    """For a Hub id whose safetensors index is in the local cache (no network): the index check of a folder."""
+    from huggingface_hub import try_to_load_from_cache
+
+    subfolder = kwargs.get("subfolder") or ""
+    filename = "model" + _SAFETENSORS_INDEX_SUFFIX
+    try:
+        index = try_to_load_from_cache(
+            name,
+            os.path.join(subfolder, filename) if subfolder else filename,
+            cache_dir=kwargs.get("cache_dir"),
+            revision=kwargs.get("revision"),
+        )
+    except Exception:  # an unusual revision or cache layout: transformers decides
+        return
+    if isinstance(index, str):
+        _check_safetensors_indexes(os.path.dirname(index))
 
 
 def checkpoint_files(name, kwargs: dict) -> list[str]:

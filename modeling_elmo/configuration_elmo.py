@@ -78,7 +78,8 @@ def check_model_name(name: Any) -> None:
     id of the form ``owner/name`` (every ELMo on the Hub has an owner): a released model's short name such as
     ``"original"`` or ``"elmo-original"`` would otherwise wait through the Hub client's retries (minutes offline).
 
-    ``owner/name`` ids are left to transformers (``HF_HUB_OFFLINE=1`` keeps it off the network).
+    A path that does not exist and is no valid id (``/no/such/folder``) is named as a missing folder. ``owner/name``
+    ids are left to transformers (``HF_HUB_OFFLINE=1`` keeps it off the network).
 
     Raises:
         OSError: naming the problem and how to get a released model (``elmo download NAME``).
@@ -87,6 +88,12 @@ def check_model_name(name: Any) -> None:
         return
     name = os.fspath(name)
     if "/" in name.strip("/") or "\\" in name:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:
+            validate_repo_id(name)  # the id's form only: no network
+        except HFValidationError:
+            raise OSError(f"no such folder {name} (and not a Hugging Face Hub id such as owner/name)") from None
         return
     raise OSError(
         f"{name!r} is no folder, and no Hugging Face Hub id (owner/name). For a released ELMo model (small, medium, "
