@@ -151,6 +151,10 @@ def _check_checkpoint_dtypes(files: Sequence[str], floating: set[str]) -> None:
             )
 
 
+def _floating_or_not_a_tensor(value) -> bool:
+    return not isinstance(value, torch.Tensor) or value.is_floating_point()  # other values: transformers decides
+
+
 def _check_finite(model: nn.Module, source: str) -> None:
     """Refuse NaN or infinite values in a loaded model's floating weights and buffers (one pass over them)."""
     bad = [
@@ -176,8 +180,7 @@ def check_source(name, kwargs: dict) -> None:
     """Checks before the load of ``from_pretrained(name, **kwargs)``; ``kwargs`` gets ``use_safetensors=True``.
 
     Raises:
-        ValueError: ``use_safetensors=False``; a file that is not ``.safetensors``; a ``state_dict`` with
-            non-floating weights.
+        ValueError: ``use_safetensors=False``; a file that is not ``.safetensors``.
         OSError: a folder without ``config.json`` (unless ``config`` is given) or without safetensors weights, an
             index naming anything but its folder's safetensors files, a name that is no path and no Hub id.
     """
@@ -187,11 +190,6 @@ def check_source(name, kwargs: dict) -> None:
             "is not supported; convert the checkpoint with save_pretrained or convert_original_weights.py"
         )
     kwargs["use_safetensors"] = True
-    state_dict = kwargs.get("state_dict")
-    if state_dict:
-        bad = sorted(k for k, v in state_dict.items() if isinstance(v, torch.Tensor) and not v.is_floating_point())
-        if bad:
-            raise ValueError(f"state_dict holds weights of a non-floating dtype: {', '.join(bad[:8])}")
     if not isinstance(name, (str, os.PathLike)):
         return
     if os.path.isfile(name) and not os.fspath(name).endswith(".safetensors"):
@@ -271,7 +269,7 @@ def check_loaded(model: nn.Module, info: dict, name, kwargs: dict) -> None:
 
     Raises:
         ValueError: naming the biLM weights (``char_cnn.*``, ``bilm.*``) missing from the checkpoint or in excess,
-            the non-floating tensors of the checkpoint, or the NaN/infinite weights.
+            the non-floating tensors of the checkpoint (or of a given ``state_dict``), or the NaN/infinite weights.
     """
     source = os.fspath(name) if isinstance(name, (str, os.PathLike)) else "the given state_dict"
     prefix, core = model.base_model_prefix + ".", ("char_cnn.", "bilm.")
@@ -289,7 +287,13 @@ def check_loaded(model: nn.Module, info: dict, name, kwargs: dict) -> None:
             f"the weights in {source} do not fit the config (wrong layer counts in config.json or in "
             f"from_pretrained arguments?): {shown}"
         )
-    _check_checkpoint_dtypes(checkpoint_files(name, kwargs), _floating_names(model))
+    floating = _floating_names(model)
+    state_dict = kwargs.get("state_dict")
+    if state_dict:  # the given tensors' own dtypes, for the model's floating weights
+        bad = sorted(k for k, v in state_dict.items() if k in floating and not _floating_or_not_a_tensor(v))
+        if bad:
+            raise ValueError(f"state_dict holds weights of a non-floating dtype: {', '.join(bad[:8])}")
+    _check_checkpoint_dtypes(checkpoint_files(name, kwargs), floating)
     _check_finite(model, source)
 
 

@@ -609,3 +609,23 @@ def test_push_to_hub_uploads_a_plain_folder_or_remote_code_on_request(folders, f
     assert json.loads(tokenizer_files["tokenizer_config.json"])["auto_map"]["AutoTokenizer"][0] == (
         "tokenization_elmo.ElmoTokenizer"
     )
+
+
+def test_convert_writes_remote_code_only_on_request(fixture_dir, tmp_path):
+    """``elmo convert --remote_code``: the folder carries its code and loads through it (trust_remote_code);
+    without the flag the converted folder is plain (test_converter_writes_card_with_provenance)."""
+    from modeling_elmo.commands.convert import main as convert_main
+
+    out = tmp_path / "remote"
+    argv = ["--options_file", str(fixture_dir / "options.json"), "--weight_file", str(fixture_dir / "lm_weights.hdf5")]
+    assert convert_main([*argv, "--output_dir", str(out), "--remote_code", "--disable_tqdm"]) == 0
+    code = {f for f in os.listdir(out) if f.endswith(".py")}
+    assert {"modeling_elmo.py", "configuration_elmo.py", "tokenization_elmo.py"} <= code
+    assert code <= {p.name for p in shipped_files()}
+    assert json.loads((out / "config.json").read_text())["auto_map"]["AutoModel"] == "modeling_elmo.ElmoModel"
+    assert "trust_remote_code=True" in (out / "README.md").read_text()
+    remote = AutoModel.from_pretrained(out, trust_remote_code=True).eval()  # the package's class when installed
+    local = ElmoModel.from_pretrained(out).eval()
+    batch = ElmoTokenizer.from_pretrained(out)(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(remote(**batch).elmo, local(**batch).elmo)

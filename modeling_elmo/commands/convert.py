@@ -49,6 +49,7 @@ from tqdm.auto import tqdm
 from ..configuration_elmo import ElmoConfig
 from ..modeling_elmo import ElmoModel
 from ..tokenization_elmo import ElmoTokenizer
+from ..utils.hub import save_with_remote_code
 from ..utils.model_card import write_model_card
 
 
@@ -275,6 +276,7 @@ def convert(
     vocab_file: str | os.PathLike | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    remote_code: bool = False,
 ) -> Path:
     """Convert original ELMo weights to a folder that ``ElmoModel.from_pretrained`` loads.
 
@@ -287,6 +289,8 @@ def convert(
             the tokenizer's word ids (language-model labels). The character ids do not need it.
         overwrite: replace an existing ``output_dir``.
         progress: show a progress bar while reading the weights.
+        remote_code: also write the code files and ``auto_map`` (``utils/hub.save_with_remote_code``), so that the
+            folder loads without this package, with ``trust_remote_code=True``. Default: a plain folder.
 
     Returns:
         The output folder.
@@ -343,10 +347,14 @@ def convert(
         try:
             new = staging / "model"
             try:
-                model.save_pretrained(new)
+                if remote_code:  # with the code files and auto_map: loads without this package
+                    save_with_remote_code(model, tokenizer, new)
+                else:
+                    model.save_pretrained(new)
             except SafetensorError as err:  # safetensors reports a full disk (EFBIG, ENOSPC) as its own error
                 raise OSError(f"writing model.safetensors failed: {err}") from err
-            tokenizer.save_pretrained(new)
+            if not remote_code:
+                tokenizer.save_pretrained(new)
             write_model_card(
                 new,
                 model.config,
@@ -601,6 +609,12 @@ def main(argv: list[str] | None = None) -> int:
         "token or HF_TOKEN)",
     )
     parser.add_argument("--private", action="store_true", help="with --push_to_hub: create the repository private")
+    parser.add_argument(
+        "--remote_code",
+        action="store_true",
+        help="also write the model's code files and auto_map, so that the folder loads without this package "
+        "(trust_remote_code=True); default: a plain folder (config, weights, tokenizer, card)",
+    )
     args = parser.parse_args(argv)
     if args.no_progress:
         print("note: --no_progress is deprecated and will be removed in the next release; use --disable_tqdm",
@@ -624,6 +638,7 @@ def main(argv: list[str] | None = None) -> int:
             vocab_file=args.vocab_file,
             overwrite=args.overwrite,
             progress=not (args.disable_tqdm or args.no_progress),
+            remote_code=args.remote_code,
         )
     except (FileNotFoundError, ConversionError) as err:
         print(f"error: {err}", file=sys.stderr)

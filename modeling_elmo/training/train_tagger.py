@@ -47,6 +47,7 @@ from transformers import IntervalStrategy, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
 from ..commands.download import resolve_pretrained
+from ..utils.hub import remote_code, save_with_remote_code
 from ..utils.model_card import hub_model_id, metric_results, write_model_card
 from ..utils.token_cache import build_token_cache
 from .arguments import ElmoArgumentParser
@@ -375,6 +376,13 @@ class ModelArguments:
     )
     no_crf: bool = field(default=False, metadata={"help": "per-word softmax instead of a CRF"})
     fine_tune_bilm: bool = field(default=False, metadata={"help": "train the biLM too (default: frozen)"})
+    remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "save (and push) the model with its code files, auto_map and pipeline, so that it loads without "
+            "this package (trust_remote_code=True); default: a plain folder"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_numbers(_Refusal, self, MODEL_NUMBER_RULES)
@@ -1045,11 +1053,15 @@ def _train(
     trainer.write_card = write_card
     trainer.save_metrics("all", metrics)
     trainer.save_state()  # trainer_state.json: the log history, every evaluation included
-    if training_args.push_to_hub:
-        trainer.push_to_hub(commit_message="End of training")  # saves the model, writes the card, uploads
-    else:
-        trainer.save_model(training_args.output_dir)  # the model, its config (labels) and the tokenizer
-        trainer.create_model_card()
+    with remote_code(trainer.model, tokenizer) if model_args.remote_code else contextlib.nullcontext():
+        if model_args.remote_code and trainer.is_world_process_zero():
+            # The code files, auto_map and the token-classification pipeline (custom_pipelines) first.
+            save_with_remote_code(trainer.model, tokenizer, training_args.output_dir)
+        if training_args.push_to_hub:
+            trainer.push_to_hub(commit_message="End of training")  # saves the model, writes the card, uploads
+        else:
+            trainer.save_model(training_args.output_dir)  # the model, its config (labels) and the tokenizer
+            trainer.create_model_card()
     if trainer.is_world_process_zero():
         print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, (list, dict))}, indent=1), flush=True)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
