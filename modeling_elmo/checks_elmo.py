@@ -263,6 +263,39 @@ def checkpoint_files(name, kwargs: dict) -> list[str]:
     return [path for path in map(cached, shards) if path is not None]
 
 
+def mismatched_shapes(cls, name, kwargs: dict) -> list[str]:
+    """``"key: checkpoint (shape), config (shape)"`` for each weight of the checkpoint of ``name`` (its files, local
+    or in the Hub cache) whose shape differs from what ``cls`` builds from the config; read from the files' headers
+    and a model on the meta device (no weights, no network)."""
+    from safetensors import safe_open
+
+    config = kwargs.get("config")
+    if config is None:
+        config_kwargs = {k: v for k, v in kwargs.items() if k not in ("state_dict", "dtype", "use_safetensors")}
+        config, _ = cls.config_class.from_pretrained(name, return_unused_kwargs=True, **config_kwargs)
+    with torch.device("meta"):
+        expected = {k: tuple(v.shape) for k, v in cls(config).state_dict().items()}
+    prefix, core = cls.base_model_prefix + ".", ("char_cnn.", "bilm.")
+    found, seen = [], set()
+    for file in checkpoint_files(name, kwargs):
+        with safe_open(file, framework="pt") as handle:
+            for key in handle.keys():
+                shape = tuple(handle.get_slice(key).get_shape())
+                for candidate in (key, prefix + key, key.removeprefix(prefix)):
+                    if candidate in expected:
+                        seen.add(candidate)
+                        if expected[candidate] != shape:
+                            found.append(f"{candidate}: checkpoint {shape}, config {expected[candidate]}")
+                        break
+                else:
+                    if key.removeprefix(prefix).startswith(core):  # the biLM's weights must all fit
+                        found.append(f"{key}: not in the model")
+    found += [
+        f"{k}: not in the checkpoint" for k in expected if k not in seen and k.removeprefix(prefix).startswith(core)
+    ]
+    return sorted(found)
+
+
 def check_loaded(model: nn.Module, info: dict, name, kwargs: dict) -> None:
     """Checks after transformers' load: the biLM's weights all came from the checkpoint, which holds floating
     weights only, all finite.
@@ -298,6 +331,7 @@ def check_loaded(model: nn.Module, info: dict, name, kwargs: dict) -> None:
 
 
 __all__ = [
+    "mismatched_shapes",
     "check_character_ids",
     "check_inputs",
     "check_loaded",

@@ -46,7 +46,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple, logging
 
 from .characters import NUM_CHARACTERS, PADDING_CHAR, begin_of_sentence_ids, end_of_sentence_ids
-from .checks_elmo import check_inputs, check_loaded, check_source, follow_umask
+from .checks_elmo import check_inputs, check_loaded, check_source, follow_umask, mismatched_shapes
 from .configuration_elmo import ElmoConfig
 from .fast_path_elmo import BOTH_DIRECTIONS, PrepackedProducts, cpu_tanh
 from .lstm_state_elmo import ElmoLstmState, LstmState
@@ -538,9 +538,11 @@ class ElmoPreTrainedModel(PreTrainedModel):
         except RuntimeError as error:
             if "ignore_mismatched_sizes" not in str(error):
                 raise
+            problems = mismatched_shapes(cls, name, kwargs) if isinstance(name, (str, os.PathLike)) else []
+            shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
             raise ValueError(
                 f"the weights in {source} do not fit the config (wrong sizes in config.json or in from_pretrained "
-                "arguments?): transformers' load report above lists them"
+                f"arguments?): {shown or 'see the load report above'}"
             ) from error
         except Exception as error:
             if type(error).__name__ != "SafetensorError":
