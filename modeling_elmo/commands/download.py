@@ -347,10 +347,10 @@ def _fetch(
     if dest.is_file():
         return dest
     part = dest.with_name(dest.name + ".part")
-    meta_path = dest.with_name(dest.name + ".part.json")
-    meta = _read_meta(meta_path)
+    part_state = dest.with_name(dest.name + ".part.json")
+    meta = _read_meta(part_state)
     if meta.get("url") != url:
-        _remove(part, meta_path)
+        _remove(part, part_state)
         meta = {}
     from huggingface_hub.utils import tqdm  # obeys HF_HUB_DISABLE_PROGRESS_BARS and disable_progress_bars()
 
@@ -369,7 +369,7 @@ def _fetch(
                 response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
             except urllib.error.HTTPError as err:
                 if err.code == 416 and have:  # our partial file is not a prefix of theirs: start again
-                    _remove(part, meta_path)
+                    _remove(part, part_state)
                     meta = {}
                     if attempts < _ATTEMPTS:
                         continue
@@ -384,7 +384,7 @@ def _fetch(
                     found = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
                     total = int(found.group(3)) if found and found.group(3) != "*" else None
                     if found is None or int(found.group(1)) != have or (have and total != meta.get("total")):
-                        _remove(part, meta_path)  # not the continuation of our file
+                        _remove(part, part_state)  # not the continuation of our file
                         meta = {}
                         if attempts < _ATTEMPTS:
                             continue
@@ -395,7 +395,7 @@ def _fetch(
                 if total is not None and total > max_bytes:
                     raise DownloadError(f"refusing {url}: it has {total} bytes, more than {max_bytes} expected")
                 meta = {"url": url, "total": total, "etag": response.headers.get("ETag")}
-                meta_path.write_text(json.dumps(meta), encoding="utf-8")
+                part_state.write_text(json.dumps(meta), encoding="utf-8")
                 if bar is None:
                     bar = tqdm(
                         total=total, initial=have, unit="B", unit_scale=True, desc=dest.name, disable=not progress
@@ -406,7 +406,7 @@ def _fetch(
                 try:
                     received, lost = _stream(response, part, mode, max_bytes - have, bar)
                 except DownloadError:
-                    _remove(part, meta_path)
+                    _remove(part, part_state)
                     raise
             size = part.stat().st_size
             if lost is None and total is not None and size != total:
@@ -423,10 +423,10 @@ def _fetch(
             bar.close()
     problem = check(part)
     if problem is not None:
-        _remove(part, meta_path)
+        _remove(part, part_state)
         raise DownloadError(f"the file downloaded from {url} is {problem}; it was deleted. {manual}")
     os.replace(part, dest)
-    _remove(meta_path)
+    _remove(part_state)
     return dest
 
 
