@@ -106,14 +106,9 @@ def load_elmo_model(
     if weight_file is None:
         if os.path.isfile(options_file):
             raise ValueError(f"{options_file} is a file: give the HDF5 weight_file with it, or a converted folder")
-        from transformers.utils import logging as hf_logging
-
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # no report that the folder's own scalar mixes are left out
-        try:  # the compat classes carry the state themselves (stateful=...), whatever the folder's config says
-            return ElmoModel.from_pretrained(options_file, num_output_representations=0, stateful=False).eval()
-        finally:
-            hf_logging.set_verbosity(verbosity)
+        # The compat classes carry the state themselves (stateful=...), whatever the folder's config says. The
+        # folder's own scalar mixes are left out quietly: ElmoModel declares them (_keys_to_ignore_on_load_unexpected).
+        return ElmoModel.from_pretrained(options_file, num_output_representations=0, stateful=False).eval()
     from ..commands.convert import read_original_weights
 
     config = ElmoConfig.from_options(options_file, num_output_representations=0)
@@ -316,7 +311,7 @@ class ElmoEmbedder:
             forget_sentences: write no ``sentence_to_index``.
             use_sentence_keys: not supported (keys by sentence break on ``/``): ``sentence_to_index`` maps them.
         """
-        from ..commands import cli
+        import elmo_cli as cli  # the `elmo embed` file writing, shared with the command
 
         if output_format not in EMBED_FILE_FORMATS:
             raise ValueError(f"output_format must be one of {EMBED_FILE_FORMATS}, got {output_format!r}")
