@@ -107,28 +107,22 @@ def test_loads_print_no_table_and_a_mismatch_one_error(folders):
     assert "MISMATCH" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_a_new_lm_softmax_is_reported(folders):
-    """LM fine-tuning from a biLM folder: the softmax is new and not declared (``elmo train-lm`` reads it from the
-    loading info), so transformers' report names it."""
-    code = (
-        "import sys\nfrom modeling_elmo import ElmoForPreTraining\n"
-        "ElmoForPreTraining.from_pretrained(sys.argv[1], lm_vocab_size=20)"
-    )
-    done = _python("-c", code, str(folders / "bilm"))
+@pytest.mark.parametrize(
+    ("head", "kind", "argument", "named"),
+    [
+        # LM fine-tuning from a biLM folder: the softmax is new and not declared (`elmo train-lm` reads it from the
+        # loading info).
+        ("ElmoForPreTraining", "bilm", "lm_vocab_size=20", "softmax"),
+        # A tagger whose head differs from the saved one's: the declarations leave out only what a load from
+        # another kind of folder rightly lacks.
+        ("ElmoForTokenClassification", "tagger", "tagger_num_layers=1", "encoder.lstm.weight_ih_l1"),
+    ],
+)
+def test_what_is_not_declared_is_still_reported(folders, head, kind, argument, named):
+    code = f"import sys\nfrom modeling_elmo import {head}\n{head}.from_pretrained(sys.argv[1], {argument})"
+    done = _python("-c", code, str(folders / kind))
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "LOAD REPORT" in done.stderr and "softmax" in done.stderr
-
-
-def test_an_unexpected_head_is_still_reported(folders):
-    """What the declarations leave out is only what a load from another kind of folder rightly lacks: a tagger
-    whose head differs from the saved one's still gets transformers' report."""
-    code = (
-        "import sys\nfrom modeling_elmo import ElmoForTokenClassification\n"
-        "ElmoForTokenClassification.from_pretrained(sys.argv[1], tagger_num_layers=1)"
-    )
-    done = _python("-c", code, str(folders / "tagger"))
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "LOAD REPORT" in done.stderr and "encoder.lstm.weight_ih_l1" in done.stderr
+    assert "LOAD REPORT" in done.stderr and named in done.stderr
 
 
 # ---------------------------------------------------------------------------------------------
