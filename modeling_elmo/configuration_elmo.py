@@ -2,8 +2,8 @@
 settings of the task-specific scalar mixes.
 
 The ground floor of the package: it imports nothing from the model, the tokenizer or the Hub helpers, and saving
-it writes ``config.json`` only (preparing a Hub folder is the model's ``save_pretrained``'s job, see
-``hub_elmo.py``). No ``from __future__ import annotations`` here: ``@strict`` checks the field types from the
+it writes ``config.json`` only, with no ``auto_map`` unless remote code is asked for (``utils/hub.py``).
+No ``from __future__ import annotations`` here: ``@strict`` checks the field types from the
 annotations, which must be types, not strings.
 """
 
@@ -19,18 +19,6 @@ from typing import Any, Literal, Union, get_args, get_origin
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
-
-# Where each Auto class finds its ELMo class, as "<file>.<Class>" (one dot: transformers' remote-code format).
-# AutoTokenizer takes a (slow, fast) pair; transformers 5 loads index 1 if set, else index 0, and itself writes
-# (name, None) for a tokenizer class whose name does not end in "Fast", so that form is used everywhere.
-ELMO_AUTO_MAP: dict[str, Any] = {
-    "AutoConfig": "configuration_elmo.ElmoConfig",
-    "AutoModel": "modeling_elmo.ElmoModel",
-    "AutoModelForPreTraining": "modeling_elmo_pretraining.ElmoForPreTraining",
-    "AutoModelForTokenClassification": "modeling_elmo_tagging.ElmoForTokenClassification",
-    "AutoModelForSequenceClassification": "modeling_elmo_classification.ElmoForSequenceClassification",
-    "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
-}
 
 # Upper bounds of the sizes (issue #13): far above every released ELMo (the largest, 2x4096_512: lstm_dim 4096,
 # projection_dim 512, 2 layers, 2 highway layers, 7 filters of width <= 7 and 2048 channels in all, 16-dim
@@ -88,6 +76,35 @@ _short_repr = reprlib.Repr()
 _short_repr.maxlevel, _short_repr.maxlist, _short_repr.maxdict, _short_repr.maxtuple = 2, 4, 4, 4
 _short_repr.maxstring = _short_repr.maxother = 40
 _MAX_MESSAGE = 300
+
+
+def check_model_name(name: Any) -> None:
+    """Refuse at once, with no network call, a model name that is neither an existing path nor a Hugging Face Hub
+    id of the form ``owner/name`` (every ELMo on the Hub has an owner): a released model's short name such as
+    ``"original"`` or ``"elmo-original"`` would otherwise wait through the Hub client's retries (minutes offline).
+
+    A path that does not exist and is no valid id (``/no/such/folder``) is named as a missing folder. ``owner/name``
+    ids are left to transformers (``HF_HUB_OFFLINE=1`` keeps it off the network).
+
+    Raises:
+        OSError: naming the problem and how to get a released model (``elmo download NAME``).
+    """
+    if not isinstance(name, (str, os.PathLike)) or os.path.exists(name):
+        return
+    name = os.fspath(name)
+    if "/" in name.strip("/") or "\\" in name:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:
+            validate_repo_id(name)  # the id's form only: no network
+        except HFValidationError:
+            raise OSError(f"no such folder {name} (and not a Hugging Face Hub id such as owner/name)") from None
+        return
+    raise OSError(
+        f"{name!r} is no folder, and no Hugging Face Hub id (owner/name). For a released ELMo model (small, medium, "
+        "original, ...), run `elmo download NAME` (it converts the model once and prints its folder) and pass that "
+        "folder; in Python, modeling_elmo.commands.download.resolve_pretrained(NAME) returns it"
+    )
 
 
 def _show(value: Any) -> str:
@@ -362,9 +379,6 @@ class ElmoConfig(PreTrainedConfig):
         if self.n_characters == 261:  # training-time options count without the padding row
             self.n_characters = 262
         super().__post_init__(**kwargs)
-        # Every config names all ELMo classes, so that any saved folder loads with every Auto class and
-        # `trust_remote_code=True` (a head's save would otherwise only write its own entry).
-        self.auto_map = {**ELMO_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
 
     # ------------------------------------------------------------------------------------------------------------
     # Validation: `@strict` runs every `validate_*` method (in name order) after `__init__`, and `save_pretrained`
@@ -610,4 +624,4 @@ def options_to_config_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-__all__ = ["ELMO_AUTO_MAP", "MAX_PARAMETERS", "SIZE_LIMITS", "ElmoConfig", "options_to_config_kwargs"]
+__all__ = ["MAX_PARAMETERS", "check_model_name", "SIZE_LIMITS", "ElmoConfig", "options_to_config_kwargs"]

@@ -32,7 +32,7 @@ from .characters import (
     PADDING_CHAR,
     word_to_char_ids,
 )
-from .configuration_elmo import SIZE_LIMITS
+from .configuration_elmo import SIZE_LIMITS, check_model_name
 from .manylangs import EOW_CHAR as MANYLANGS_EOW
 from .manylangs import FIRST_CHARACTER as MANYLANGS_FIRST_CHARACTER
 from .manylangs import MARKS as MANYLANGS_MARKS
@@ -293,9 +293,6 @@ class ElmoTokenizer(TokenizersBackend):
     vocab_files_names = VOCAB_FILES_NAMES
     model_input_names = ["input_ids", "attention_mask"]
     padding_side = "right"
-    # As ``register_for_auto_class("AutoTokenizer")``: a save writes the auto_map entry and copies this code, so that
-    # the folder loads with ``trust_remote_code=True`` without this package (set here, not at package import).
-    _auto_class = "AutoTokenizer"
 
     def __init__(
         self,
@@ -371,6 +368,13 @@ class ElmoTokenizer(TokenizersBackend):
     def from_vocab_file(cls, vocab_file: str | os.PathLike, **kwargs) -> ElmoTokenizer:
         """A tokenizer with the vocabulary of a bilm-tf vocabulary file."""
         return cls(vocab_file=vocab_file, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> ElmoTokenizer:
+        """As transformers' ``from_pretrained``; a name that is no path and no ``owner/name`` Hub id (such as a
+        released model's short name) fails at once, as the models' ``from_pretrained`` does (``check_model_name``)."""
+        check_model_name(pretrained_model_name_or_path)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
     def _from_pretrained(cls, resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs):

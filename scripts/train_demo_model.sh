@@ -9,14 +9,12 @@
 #
 #   bash scripts/train_demo_model.sh            # ELMO_SHARED_DIR=/path/to/shared to read the data elsewhere
 #
-# Then the folder keeps only the ElmoModel part (the LM softmax is left out), the tokenizer and the
-# perplexities, and, like every saved folder, the code files and auto_map that save_pretrained writes: without this
-# package, AutoModel/AutoTokenizer.from_pretrained(folder, trust_remote_code=True) load it, and without
-# trust_remote_code transformers refuses it clearly (never a generic word-level tokenizer).
+# Then the folder keeps only the ElmoModel part (the LM softmax is left out), the tokenizer, the perplexities and
+# the card: data only, a plain saved folder (no code files, no auto_map) that loads with this package imported.
 #
 #   ELMO_DEMO_EXPORT_ONLY=1 ELMO_DEMO_WORK_DIR=modeling_elmo/commands/demo_model bash scripts/train_demo_model.sh
 #
-# re-saves the bundled folder as it is (same weights), e.g. to refresh its code files after the package changed.
+# re-saves the bundled folder as it is (same weights), e.g. to refresh its files after the package changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,8 +43,9 @@ staging = tempfile.mkdtemp(prefix=".demo_model.", dir=os.path.dirname(os.path.ab
 ElmoModel.from_pretrained(work).save_pretrained(staging)
 # WikiText-2 is already tokenized (hence --no-split_punctuation in training); users give raw text, which the
 # shipped tokenizer splits like the training text ("bank." -> bank .). Characters, not word ids, feed the model.
-ElmoTokenizer.from_pretrained(work, split_punctuation=True).save_pretrained(staging)
-os.remove(os.path.join(staging, "README.md"))  # the generic card; the demo's own is written below
+tokenizer = ElmoTokenizer.from_pretrained(work, split_punctuation=True)
+tokenizer.init_kwargs.pop("auto_map", None)  # an earlier, remote-code folder's: this one is plain
+tokenizer.save_pretrained(staging)
 with open(os.path.join(work, "eval_results.json")) as f:
     results = json.load(f)
 with open(os.path.join(staging, "eval_results.json"), "w") as f:

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+import elmo_cli as cli
 from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.commands import cli
 from modeling_elmo.utils.allennlp_compat import Elmo, ElmoEmbedder, batch_to_ids
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -18,9 +18,8 @@ import numpy as np
 import pytest
 import torch
 
+import elmo_cli as cli
 from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.commands import cli
-from modeling_elmo.hub_elmo import shipped_files
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -200,7 +199,7 @@ def test_embed_two_processes_equals_one(tiny_dir, tmp_path):
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
         "--main_process_port", str(_free_port()),
-        "-m", "modeling_elmo.commands.cli", "embed", str(text), "-o", str(merged), "--model", str(tiny_dir),
+        "-m", "elmo_cli", "embed", str(text), "-o", str(merged), "--model", str(tiny_dir),
         "--batch_size", "4", "--disable_tqdm",
     ]  # fmt: skip
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
@@ -362,18 +361,11 @@ def test_demo_model_is_bundled_as_data():
     files = set(os.listdir(demo))
     assert {"config.json", "model.safetensors", "tokenizer_config.json"} <= files
     assert (demo / "model.safetensors").stat().st_size < 8_000_000
-    assert sum((demo / f).stat().st_size for f in files) < 5_000_000  # weights 3.8 MB, code 0.3 MB
-    # A Hub folder like every saved one (issue 15 item 6): auto_map and the code that save_pretrained copies, the
-    # package's current code (after a change of a shipped module, re-save the folder: see scripts/train_demo_model.sh).
+    assert sum((demo / f).stat().st_size for f in files) < 5_000_000  # weights 3.8 MB
+    # Data only (issue 27): a plain saved folder, no code files and no auto_map; it loads with the package.
+    assert not [f for f in files if f.endswith(".py")], files
     for name in ("config.json", "tokenizer_config.json"):
-        assert "AutoTokenizer" in json.loads((demo / name).read_text())["auto_map"], name
-    shipped = {path.name: path for path in shipped_files()}
-    assert {f for f in files if f.endswith(".py")} == set(shipped)
-    stale = sorted(name for name, path in shipped.items() if (demo / name).read_bytes() != path.read_bytes())
-    assert not stale, (
-        f"the demo folder's code files {stale} differ from the package's: re-save it with "
-        "ELMO_DEMO_EXPORT_ONLY=1 ELMO_DEMO_WORK_DIR=modeling_elmo/commands/demo_model bash scripts/train_demo_model.sh"
-    )
+        assert "auto_map" not in json.loads((demo / name).read_text()), name
     model = ElmoModel.from_pretrained(demo)
     assert model.config.n_layers == 2 and model.config.projection_dim == 64
     assert ElmoTokenizer.from_pretrained(demo).tokenize("The bank.") == ["The", "bank", "."]  # raw text is split
@@ -385,9 +377,7 @@ def test_readme_main_job_command_runs_on_the_demo_model():
     command = shlex.split(main_job.split("&&")[-1].strip())
     assert command[0] == "elmo", f"the README's main job must end with an elmo command, got {command}"
     executable = shutil.which(command[0])
-    argv = (
-        [executable, *command[1:]] if executable else [sys.executable, "-m", "modeling_elmo.commands.cli", *command[1:]]
-    )
+    argv = [executable, *command[1:]] if executable else [sys.executable, "-m", "elmo_cli", *command[1:]]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout

@@ -15,8 +15,8 @@ import pytest
 import torch
 from helpers import TINY_SIZES
 
+import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from modeling_elmo.commands import cli
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers", "huggingface_hub")
@@ -32,7 +32,7 @@ def _env() -> dict[str, str]:
 def _elmo(*args: str, cwd: Path, importtime: bool = False) -> subprocess.CompletedProcess:
     """The real `elmo` command in a fresh interpreter."""
     flags = ["-X", "importtime"] if importtime else []
-    command = [sys.executable, *flags, "-m", "modeling_elmo.commands.cli", *map(str, args)]
+    command = [sys.executable, *flags, "-m", "elmo_cli", *map(str, args)]
     return subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
 
 

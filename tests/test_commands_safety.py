@@ -266,7 +266,7 @@ def test_tagger_empty_sentences_give_empty_results(vocab):
     assert model.predict(**encoding) == [[]]
     assert predict_sentences(model, tokenizer, ["", "  "]) == [[], []]
     assert predict_sentences(model, tokenizer, ["", "the cat"])[0] == []
-    ner = pipeline("elmo-token-classification", model=model, tokenizer=tokenizer)
+    ner = pipeline("token-classification", model=model, tokenizer=tokenizer)
     assert ner("") == []
     assert ner(["", " "]) == [[], []]
 
@@ -297,7 +297,7 @@ BIG_VOCAB = build_word_vocab([s.split() for s in SENTENCES] + [[f"w{i}" for i in
 def test_token_classification_pipeline_batched_equals_one_by_one(vocab):
     model, tokenizer = _tiny_tagger(BIG_VOCAB if vocab else None)
     assert tokenizer.pad_token_id >= 262 or not vocab
-    ner = pipeline("elmo-token-classification", model=model, tokenizer=tokenizer, ignore_labels=[])
+    ner = pipeline("token-classification", model=model, tokenizer=tokenizer, ignore_labels=[])
     one = ner(SENTENCES, batch_size=1)
     two = ner(SENTENCES, batch_size=2)
     assert [[e["word"] for e in row] for row in two] == [s.split() for s in SENTENCES]

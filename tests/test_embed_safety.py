@@ -20,8 +20,8 @@ import h5py
 import numpy as np
 import pytest
 
+import elmo_cli as cli
 from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.commands import cli
 from modeling_elmo.utils.embedding_elmo import embed_corpus
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ def corpus(path: Path, n: int) -> Path:
 
 
 def embed_command(tiny_dir: Path, *args) -> list[str]:
-    return [sys.executable, "-m", "modeling_elmo.commands.cli", "embed", "--model", str(tiny_dir), "--device", "cpu",
+    return [sys.executable, "-m", "elmo_cli", "embed", "--model", str(tiny_dir), "--device", "cpu",
             "--disable_tqdm", *map(str, args)]  # fmt: skip
 
 
@@ -223,7 +223,7 @@ def test_next_run_removes_part_files_of_a_killed_multiprocess_run(tiny_dir, tmp_
 _MEMORY_SCRIPT = textwrap.dedent(
     """
     import resource, sys, torch
-    from modeling_elmo.commands import cli
+    import elmo_cli as cli
     torch.set_num_threads(1)
     model, folder, small, large = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     peaks = []

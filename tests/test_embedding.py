@@ -15,9 +15,10 @@ import pytest
 import torch
 from helpers import TINY
 
+import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from modeling_elmo.commands import cli
 from modeling_elmo.utils.embedding_elmo import _batches, embed_corpus
+from modeling_elmo.utils.token_cache import build_token_cache, token_cache_size
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -120,7 +121,7 @@ def test_word_cache_runs_the_character_encoder_once_per_distinct_word_of_a_chunk
     cached = list(embed_corpus(model, TOKENIZER, sentences, **settings))
     chunks = [sentences[i : i + chunk_size] for i in range(0, len(sentences), chunk_size)]
     assert calls == [len({w for s in chunk for w in s}) + 2 for chunk in chunks]
-    assert model.token_cache_size == 0
+    assert token_cache_size(model) == 0
     calls.clear()
     plain = list(embed_corpus(model, TOKENIZER, sentences, word_cache=False, **settings))
     assert len(calls) == len(list(_batches([len(s) for s in sentences], 8, 4096)))
@@ -136,10 +137,10 @@ def test_word_cache_leaves_the_models_own_token_cache_alone(reference):
     it go through the encoder batch by batch."""
     _, sentences, expected = reference
     model = tiny_model()
-    assert model.build_token_cache(["the", "cat"], progress=False) == 2
+    assert build_token_cache(model, ["the", "cat"], progress=False) == 2
     calls = _rows_through_the_character_encoder(model)
     got = list(embed_corpus(model, TOKENIZER, sentences, batch_size=8, progress=False))
-    assert model.token_cache_size == 2
+    assert token_cache_size(model) == 2
     assert len(calls) > 1  # per batch, not one call for the chunk
     for i, layers in got:
         np.testing.assert_allclose(layers, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
@@ -151,9 +152,9 @@ def test_word_cache_is_dropped_when_the_caller_stops_early(reference):
     model = tiny_model()
     results = embed_corpus(model, TOKENIZER, sentences, progress=False, ordered=False)
     next(results)  # after the first batch, in the middle of the chunk
-    assert model.token_cache_size == len({w for s in sentences for w in s}) + 2
+    assert token_cache_size(model) == len({w for s in sentences for w in s}) + 2
     results.close()
-    assert model.token_cache_size == 0
+    assert token_cache_size(model) == 0
 
 
 def _chunks(sentences: list[list[str]], chunk_size: int) -> list[list[list[str]]]:
@@ -181,7 +182,7 @@ def test_nothing_of_a_chunk_outlives_it(ordered):
             if k and k % chunk_size == 0:  # the first sentence of the next chunk is being read
                 gc.collect()
                 checked.append(k)
-                assert model.token_cache_size == 0, "the previous chunk's token cache is still held"
+                assert token_cache_size(model) == 0, "the previous chunk's token cache is still held"
                 alive = [r for r in yielded if r() is not None]
                 assert not alive, f"{len(alive)} outputs of the previous chunk are still held"
             yield sentence
@@ -190,12 +191,12 @@ def test_nothing_of_a_chunk_outlives_it(ordered):
                                      batch_size=4, ordered=ordered):  # fmt: skip
         chunk = _chunks(sentences, chunk_size)[index // chunk_size]
         if ordered:
-            assert model.token_cache_size == 0  # dropped once the chunk's batches are done
+            assert token_cache_size(model) == 0  # dropped once the chunk's batches are done
         else:
-            assert model.token_cache_size == len({w for s in chunk for w in s}) + 2
+            assert token_cache_size(model) == len({w for s in chunk for w in s}) + 2
         yielded.append(weakref.ref(array))
         del array
-    assert checked == [16, 32, 48] and model.token_cache_size == 0
+    assert checked == [16, 32, 48] and token_cache_size(model) == 0
 
 
 def test_character_ids_share_their_int_objects():
@@ -213,14 +214,14 @@ def test_build_token_cache_takes_character_ids():
     by_words, by_ids = tiny_model(), tiny_model()
     words = ["the", "cat", "Ünïcode", "the"]
     ids = torch.tensor(TOKENIZER([words], is_split_into_words=True)["input_ids"][0])
-    assert by_words.build_token_cache(words, progress=False) == by_ids.build_token_cache(ids, progress=False) == 3
+    assert build_token_cache(by_words, words, progress=False) == build_token_cache(by_ids, ids, progress=False) == 3
     with torch.no_grad():
         np.testing.assert_array_equal(by_words.embed_words(ids).numpy(), by_ids.embed_words(ids).numpy())
     with pytest.raises(ValueError, match=r"character ids must be \(words, 50\), got shape \(4, 49\)"):
-        by_ids.build_token_cache(ids[:, :49])
+        build_token_cache(by_ids, ids[:, :49])
     with pytest.raises(ValueError, match=r"character ids must be in \[0, 262\)"):
-        by_ids.build_token_cache(ids + 300)
-    assert by_ids.token_cache_size == 3  # a refused call keeps the old cache
+        build_token_cache(by_ids, ids + 300)
+    assert token_cache_size(by_ids) == 3  # a refused call keeps the old cache
 
 
 @pytest.mark.parametrize("seed", range(20))

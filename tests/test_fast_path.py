@@ -18,6 +18,7 @@ from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.characters import word_to_char_ids
 from modeling_elmo.utils.embedding_elmo import embed_corpus
 from modeling_elmo.utils.reference_elmo import reference_forward
+from modeling_elmo.utils.token_cache import build_token_cache, token_cache_size
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZER = ElmoTokenizer()
@@ -67,7 +68,8 @@ def test_fast_path_equals_step_by_step_reference(size, overrides):
 def test_cpu_inference_path_equals_step_by_step_reference(monkeypatch):
     """The CPU inference path of a wide LSTM: prepacked products, the directions run one after the other, and the
     cell's tanh through the sigmoid (used from 2^15 elements a call: 16 rows x D = 2048), against the reference."""
-    from modeling_elmo.modeling_elmo import ElmoBiLstmLayer, _PrepackedWeights
+    from modeling_elmo.fast_path_elmo import PrepackedProducts, _PrepackedWeights
+    from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
 
     if not _PrepackedWeights.supported(torch.float32):
         pytest.skip("this torch build has no oneDNN: the CPU inference path is the plain one")
@@ -77,7 +79,8 @@ def test_cpu_inference_path_equals_step_by_step_reference(monkeypatch):
     sentences = [random_words(rng, rng.randint(1, 9)) for _ in range(16)]
     enc = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.inference_mode():
-        assert all(layer.runs_directions_apart(torch.zeros(2, 16, 16)) for layer in model.bilm.layers)
+        h = torch.zeros(2, 16, 16)
+        assert all(PrepackedProducts.for_layer(layer, h).runs_directions_apart(h) for layer in model.bilm.layers)
         layers = model(**enc, output_hidden_states=True).hidden_states
     for b, words in enumerate(sentences):
         expected, _ = reference_forward(model, enc["input_ids"][b, : len(words)])
@@ -86,7 +89,7 @@ def test_cpu_inference_path_equals_step_by_step_reference(monkeypatch):
 
 
 def test_tanh_through_the_sigmoid_is_tanh():
-    from modeling_elmo.modeling_elmo import _tanh
+    from modeling_elmo.fast_path_elmo import cpu_tanh as _tanh
 
     x = torch.cat([torch.linspace(-30, 30, 1 << 16), torch.logspace(-12, 1, 1 << 15), torch.tensor([0.0, -0.0])])
     exact = torch.tanh(x.double())
@@ -136,14 +139,14 @@ def test_token_cache_gives_the_same_outputs_and_falls_back_for_unknown_words():
     enc = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
         before = model(**enc, output_hidden_states=True).hidden_states
-    assert model.build_token_cache(["the", "cat", "sat", "an", "the"], progress=False) == 4
+    assert build_token_cache(model, ["the", "cat", "sat", "an", "the"], progress=False) == 4
     with torch.no_grad():
         after = model(**enc, output_hidden_states=True).hidden_states
     for x, y in zip(before, after, strict=True):
         assert (x - y).abs().max() <= 1e-6
     # A stale cache is never used while the character CNN trains.
     with torch.no_grad():
-        model._token_cache_vectors.fill_(123.0)
+        model.token_cache.vectors.fill_(123.0)
         poisoned = model(**enc, output_hidden_states=True).hidden_states[0]
     assert poisoned.abs().max() >= 123.0  # the cache is really used in inference
     model.train()
@@ -152,8 +155,8 @@ def test_token_cache_gives_the_same_outputs_and_falls_back_for_unknown_words():
     assert (trained - before[0]).abs().max() <= 1e-6
     trained.sum().backward()
     assert model.char_cnn.projection.weight.grad is not None
-    model.clear_token_cache()
-    assert model._token_cache is None
+    model.token_cache = None
+    assert token_cache_size(model) == 0
 
 
 def test_embed_corpus_matches_the_model_in_input_order():

@@ -187,7 +187,7 @@ def test_cli_convert_with_softmax(tmp_path):
     out = tmp_path / "out"
     args = ["--options_file", options, "--weight_file", weights, "--vocab_file", vocab, "--output_dir", out]
     result = subprocess.run(
-        [sys.executable, "-m", "modeling_elmo.commands.cli", "convert", *map(str, args), "--softmax_weight_file", soft],
+        [sys.executable, "-m", "elmo_cli", "convert", *map(str, args), "--softmax_weight_file", soft],
         capture_output=True,
         text=True,
     )
@@ -295,7 +295,7 @@ def test_elmo_score_cli(lm_folder, tmp_path):
     text = tmp_path / "in.txt"
     text.write_text("".join(" ".join(item["words"]) + "\n" for item in reference), encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    command = [sys.executable, "-m", "modeling_elmo.commands.cli", "score", "--model", str(lm_folder)]
+    command = [sys.executable, "-m", "elmo_cli", "score", "--model", str(lm_folder)]
     result = subprocess.run(
         [*command, "--tokenized", "--batch_size", "2", str(text), "-o", str(out)], capture_output=True, text=True
     )

@@ -25,8 +25,8 @@ import pytest
 import torch
 from test_download_safety import snapshot
 
+import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from modeling_elmo.commands import cli
 from modeling_elmo.commands.convert import ConversionError
 from modeling_elmo.commands.convert_manylangs import convert_manylangs, read_dictionary
 from modeling_elmo.commands.download import DownloadError, canonical_name, download_released_model

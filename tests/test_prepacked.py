@@ -1,6 +1,6 @@
 """Prepacked CPU weights (issue 17): the LSTM's products at inference use oneDNN's prepacked weights
-(``_PrepackedWeights``). They must give what the plain products give, be rebuilt whenever the weights change, and
-stay out of the way of autograd."""
+(``fast_path_elmo``, chosen in ``ElmoBiLstmLayer.forward``). They must give what the plain products give, be
+rebuilt whenever the weights change, and stay out of the way of autograd."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import torch
 from helpers import TINY
 
 from modeling_elmo import ElmoConfig, ElmoModel
-from modeling_elmo.modeling_elmo import ElmoBiLstmLayer, _PrepackedWeights
+from modeling_elmo.fast_path_elmo import PrepackedProducts, _PrepackedWeights, prepacked
+from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),
@@ -71,7 +72,8 @@ def test_prepacked_products_match_the_plain_ones(model, batch, dtype, min_rows, 
         plain = _run(model, batch, prepacked=False)
         assert _packed_layers(model) == 0
         packed = _run(model, batch, prepacked=True)
-        assert all(layer.runs_directions_apart(torch.zeros(2, 3, 8, dtype=dtype)) for layer in _layers(model))
+        h = torch.zeros(2, 3, 8, dtype=dtype)
+        assert all(PrepackedProducts.for_layer(layer, h).runs_directions_apart(h) for layer in _layers(model))
     assert _packed_layers(model) == 2  # the prepacked path really ran, for both layers
     # Both accumulate in float32; only the order of the sums may differ.
     torch.testing.assert_close(packed, plain, atol=1e-5 if dtype == torch.float32 else 2e-2, rtol=1e-5)
@@ -131,7 +133,7 @@ def test_only_weights_of_the_minimum_size_are_prepacked(model, batch, monkeypatc
         plain = _run(model, batch, prepacked=False)
     for layer in _layers(model):
         assert [w is not None for w in _PrepackedWeights._cache[layer].packed] == [True, True, False]
-        assert layer.prepacked(torch.zeros(2, 1, 8), 2) is None
+        assert prepacked(layer, torch.zeros(2, 1, 8), 2) is None
     torch.testing.assert_close(packed, plain, atol=1e-5, rtol=1e-5)
     monkeypatch.setattr(ElmoBiLstmLayer, "prepack_min_elements", 1 << 20)  # the default: nothing this small
     _PrepackedWeights._cache.clear()
@@ -144,8 +146,8 @@ def test_one_row_products_use_the_plain_kernel(model, monkeypatch):
     monkeypatch.setattr(ElmoBiLstmLayer, "prepack_min_rows", 2)
     layer = _layers(model)[0]
     with torch.no_grad():
-        assert layer.prepacked(torch.zeros(2, 1, 8), 1) is None
-        assert layer.prepacked(torch.zeros(2, 2, 8), 1) is not None
+        assert prepacked(layer, torch.zeros(2, 1, 8), 1) is None
+        assert prepacked(layer, torch.zeros(2, 2, 8), 1) is not None
         one = torch.randint(1, 200, (1, 5, 50))
         packed = model(input_ids=one, output_hidden_states=True).hidden_states
         monkeypatch.setattr(ElmoBiLstmLayer, "use_prepacked_weights", False)

@@ -19,6 +19,7 @@ import torch
 from helpers import TINY
 from transformers import BertConfig, BertForTokenClassification
 
+import elmo_cli as cli
 from modeling_elmo import (
     ElmoConfig,
     ElmoForPreTraining,
@@ -28,7 +29,6 @@ from modeling_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
-from modeling_elmo.commands import cli
 from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
 from modeling_elmo.utils.quantize_elmo import Int8BiLstmLayer, Int8Linear, needs_reduced_range, quantize_int8
 

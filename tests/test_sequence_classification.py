@@ -28,7 +28,7 @@ from transformers import (
 
 from modeling_elmo import ElmoConfig, ElmoForSequenceClassification, ElmoModel, ElmoTokenizer
 from modeling_elmo.modeling_elmo_classification import pool_words
-from modeling_elmo.pipelines_elmo import ElmoTextClassificationPipeline
+from modeling_elmo.utils.hub import save_with_remote_code
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -159,12 +159,8 @@ def test_save_reload_same_logits_frozen_again(trained, tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits, atol=1e-6, rtol=0)
     config = json.loads((trained["folder"] / "config.json").read_text())
-    assert config["auto_map"]["AutoModelForSequenceClassification"] == (
-        "modeling_elmo_classification.ElmoForSequenceClassification"
-    )
-    assert config["custom_pipelines"]["text-classification"]["impl"] == "pipelines_elmo.ElmoTextClassificationPipeline"
-    assert (trained["folder"] / "modeling_elmo_classification.py").is_file()
-    assert "pipeline_tag: text-classification" in (trained["folder"] / "README.md").read_text()
+    assert "auto_map" not in config and "custom_pipelines" not in config  # a plain folder (issue 27)
+    assert not [f for f in os.listdir(trained["folder"]) if f.endswith(".py")]
 
 
 def test_a_bilm_folder_loads_into_the_classifier_and_sizes_must_fit(tiny_dir, tmp_path):
@@ -291,8 +287,8 @@ def test_text_classification_pipeline_labels_and_scores(trained):
     """Raw text in, ``{"label", "score"}`` out, the scores the model's softmax, also batched (the collation pads
     the ids with the <pad> word's id, 10003 for this vocabulary: not a character id) and with ``top_k=None``."""
     folder = trained["folder"]
-    classify = pipeline("elmo-text-classification", model=str(folder))
-    assert isinstance(classify, ElmoTextClassificationPipeline)
+    classify = pipeline("text-classification", model=str(folder))  # the stock pipeline, no remote code
+    assert type(classify) is TextClassificationPipeline
     texts = ["the film was great", "it felt dull and the story of two people in town was long"]
     results = classify(texts, batch_size=2)
     assert [r["label"] for r in results] == ["positive", "negative"]
@@ -306,10 +302,8 @@ def test_text_classification_pipeline_labels_and_scores(trained):
     words = ["<S>", "</S>", "<UNK>", *(f"w{i}" for i in range(10000))]
     big = ElmoTokenizer(vocab={word: i for i, word in enumerate(words)})
     assert big.pad_token_id == 10003
-    batched = pipeline("elmo-text-classification", model=model, tokenizer=big)
-    assert [r["label"] for r in batched(texts, batch_size=2)] == ["positive", "negative"]
-    # The stock pipeline too: batched, it pads the ids with the <pad> word's id, which the model ignores there.
-    stock = pipeline("text-classification", model=model, tokenizer=big, pipeline_class=TextClassificationPipeline)
+    # Batched, the stock pipeline pads the ids with the <pad> word's id, which the model ignores there.
+    stock = pipeline("text-classification", model=model, tokenizer=big)
     for batch_size in (1, 2):
         got = stock(texts, batch_size=batch_size)
         assert [r["label"] for r in got] == ["positive", "negative"]
@@ -372,8 +366,10 @@ def test_remote_code_loads_without_the_package(trained, tmp_path):
     }
     env.pop("PYTHONPATH", None)
     script = f"TEXTS = {texts!r}\n{REMOTE_SCRIPT}"
+    folder = tmp_path / "with-code"
+    save_with_remote_code(trained["model"], trained["tokenizer"], folder)  # remote code on request
     done = subprocess.run(
-        [sys.executable, "-I", "-c", script, str(REPO), str(trained["folder"]), str(tmp_path)],
+        [sys.executable, "-I", "-c", script, str(REPO), str(folder), str(tmp_path)],
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -385,7 +381,7 @@ def test_remote_code_loads_without_the_package(trained, tmp_path):
     assert report["from_repo"] == []
     assert report["classes"][0].startswith("transformers_modules.")
     assert report["classes"][0].endswith("modeling_elmo_classification.ElmoForSequenceClassification")
-    assert report["classes"][1].endswith("pipelines_elmo.ElmoTextClassificationPipeline")
+    assert report["classes"][1] == "transformers.pipelines.text_classification.TextClassificationPipeline"
     assert report["frozen"]
     assert [r["label"] for r in report["results"]] == ["positive", "negative"]
     model, tokenizer = trained["model"], trained["tokenizer"]

@@ -15,8 +15,9 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from modeling_elmo.commands import cli
+import elmo_cli as cli
 from modeling_elmo.training import train_lm
+from modeling_elmo.utils.token_cache import build_token_cache
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_LM = (
@@ -314,11 +315,11 @@ def test_token_cache_progress_bar_obeys_transformers_switch(tiny_dir, capsys):
     capsys.readouterr()
     hf_logging.disable_progress_bar()
     try:
-        model.build_token_cache(["cat", "dog", "fish"])
+        build_token_cache(model, ["cat", "dog", "fish"])
     finally:
         hf_logging.enable_progress_bar()
     assert "Caching word vectors" not in capsys.readouterr().err
-    model.build_token_cache(["cat", "dog", "fish"])
+    build_token_cache(model, ["cat", "dog", "fish"])
     assert "Caching word vectors" in capsys.readouterr().err
 
 

@@ -48,9 +48,10 @@ from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
 from ..configuration_elmo import ElmoConfig
-from ..model_card import write_model_card
 from ..modeling_elmo import ElmoModel
 from ..tokenization_elmo import ElmoTokenizer
+from ..utils.hub import save_with_remote_code
+from ..utils.model_card import write_model_card
 
 
 class ConversionError(ValueError):
@@ -277,6 +278,7 @@ def convert(
     overwrite: bool = False,
     progress: bool = True,
     softmax_weight_file: str | os.PathLike | None = None,
+    remote_code: bool = False,
 ) -> Path:
     """Convert original ELMo weights to a folder that ``ElmoModel.from_pretrained`` loads.
 
@@ -292,6 +294,8 @@ def convert(
         softmax_weight_file: the released LM softmax (HDF5 ``softmax/W`` (V, P), ``softmax/b`` (V,)); needs
             ``vocab_file`` (V lines). The folder is then an ``ElmoForPreTraining`` one with that softmax, written in
             safetensors shards with bounded memory (see ``convert_softmax``).
+        remote_code: also write the code files and ``auto_map`` (``utils/hub.save_with_remote_code``), so that the
+            folder loads without this package, with ``trust_remote_code=True``. Default: a plain folder.
 
     Returns:
         The output folder.
@@ -312,6 +316,8 @@ def convert(
         )
         if path is not None
     ]
+    if softmax_weight_file is not None and remote_code:
+        raise ConversionError("--remote_code is not available with --softmax_weight_file: convert without it")
     if softmax_weight_file is not None and vocab_file is None:
         raise ConversionError("--softmax_weight_file needs --vocab_file: row i of softmax/W scores line i of it")
     for label, path in inputs:
@@ -358,15 +364,18 @@ def convert(
 
     def write(new: Path) -> None:
         try:
-            if softmax_info is None:
-                model.save_pretrained(new)
-            else:  # the LM head: the softmax is copied in chunks, never held whole
+            if softmax_info is not None:  # the LM head: the softmax is copied in chunks, never held whole
                 from .convert_softmax import write_lm_folder
 
                 write_lm_folder(new, state, softmax_weight_file, config, progress=progress)
+            elif remote_code:  # with the code files and auto_map: loads without this package
+                save_with_remote_code(model, tokenizer, new)
+            else:
+                model.save_pretrained(new)
         except SafetensorError as err:  # safetensors reports a full disk (EFBIG, ENOSPC) as its own error
             raise OSError(f"writing model.safetensors failed: {err}") from err
-        tokenizer.save_pretrained(new)
+        if not remote_code:
+            tokenizer.save_pretrained(new)
         write_model_card(
             new,
             config,
@@ -680,6 +689,12 @@ def main(argv: list[str] | None = None) -> int:
         "token or HF_TOKEN)",
     )
     parser.add_argument("--private", action="store_true", help="with --push_to_hub: create the repository private")
+    parser.add_argument(
+        "--remote_code",
+        action="store_true",
+        help="also write the model's code files and auto_map, so that the folder loads without this package "
+        "(trust_remote_code=True); default: a plain folder (config, weights, tokenizer, card)",
+    )
     args = parser.parse_args(argv)
     if args.no_progress:
         print("note: --no_progress is deprecated and will be removed in the next release; use --disable_tqdm",
@@ -687,9 +702,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.private and not args.push_to_hub:
         parser.error("--private needs --push_to_hub REPO")
     if args.manylangs_dir is not None:
-        if args.options_file or args.weight_file or args.vocab_file or args.softmax_weight_file:
+        if args.options_file or args.weight_file or args.vocab_file or args.softmax_weight_file or args.remote_code:
             parser.error(
-                "--manylangs_dir takes no --options_file, --weight_file, --vocab_file or --softmax_weight_file"
+                "--manylangs_dir takes no --options_file, --weight_file, --vocab_file, --softmax_weight_file or "
+                "--remote_code"
             )
     elif not (args.options_file and args.weight_file):
         parser.error("the following arguments are required: --options_file, --weight_file (or --manylangs_dir)")
@@ -716,6 +732,7 @@ def main(argv: list[str] | None = None) -> int:
                 overwrite=args.overwrite,
                 progress=not (args.disable_tqdm or args.no_progress),
                 softmax_weight_file=args.softmax_weight_file,
+                remote_code=args.remote_code,
             )
     except (FileNotFoundError, ConversionError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -31,9 +31,9 @@ import torch
 
 from ..configuration_elmo import ElmoConfig
 from ..manylangs import BOS_WORD, EOS_WORD, MARKS, WORD_MARKS
-from ..model_card import write_model_card
 from ..modeling_elmo import ElmoModel
 from ..tokenization_elmo import ElmoTokenizer
+from ..utils.model_card import write_model_card
 from .convert import ConversionError, _check_readable, check_output_dir_early, install_output_dir
 
 FILES = ("char.dic", "word.dic", "encoder.pkl", "token_embedder.pkl", "config.json")

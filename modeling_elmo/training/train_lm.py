@@ -38,9 +38,10 @@ from transformers.utils import logging as hf_logging
 
 from ..commands.download import resolve_pretrained
 from ..configuration_elmo import ElmoConfig
-from ..model_card import hub_model_id, metric_results, write_model_card
 from ..modeling_elmo_pretraining import ElmoForPreTraining
 from ..tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
+from ..utils.hub import remote_code
+from ..utils.model_card import hub_model_id, metric_results, write_model_card
 from .arguments import ElmoArgumentParser
 from .checkpoints import checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
@@ -198,6 +199,13 @@ class ModelArguments:
         },
     )
     dropout: float = field(default=0.1, metadata={"help": "Dropout before the softmax."})
+    remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Save (and push) the model with its code files and auto_map, so that it loads without this "
+            "package (trust_remote_code=True); default: a plain folder."
+        },
+    )
 
     def __post_init__(self):
         self.char_cnn_filters = _parse_filters(self.char_cnn_filters)
@@ -782,7 +790,8 @@ def _run(
         words = trainer.state.num_input_tokens_seen - getattr(trainer, "_initial_num_input_tokens_seen", 0)
         result.metrics["train_words"] = int(words)
         result.metrics["train_words_per_second"] = round(words / max(result.metrics["train_runtime"], 1e-9), 1)
-        trainer.save_model()  # model + tokenizer (with vocab.txt) in --output_dir, on the main process
+        with remote_code(trainer.model, tokenizer) if model_args.remote_code else contextlib.nullcontext():
+            trainer.save_model()  # model + tokenizer (with vocab.txt) in --output_dir, on the main process
         trainer.log_metrics("train", result.metrics)
         trainer.save_metrics("train", result.metrics)
         trainer.save_state()
@@ -818,7 +827,8 @@ def _run(
             base_model=hub_model_id(model_args.model_name_or_path),
         )
     if train_set is not None and training_args.push_to_hub:
-        trainer.push_to_hub(commit_message="End of training")  # the folder as it is, with the card above
+        with remote_code(trainer.model, tokenizer) if model_args.remote_code else contextlib.nullcontext():
+            trainer.push_to_hub(commit_message="End of training")  # the folder as it is, with the card above
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         # Every process waits for the last writes, then leaves together: a gloo process that exits with its
         # process group alive can abort at interpreter shutdown ("terminate called without an active exception").

@@ -47,7 +47,9 @@ from transformers import IntervalStrategy, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
 from ..commands.download import resolve_pretrained
-from ..model_card import SCALAR_MIX_PLOT, hub_model_id, metric_results, write_model_card
+from ..utils.hub import remote_code, save_with_remote_code
+from ..utils.model_card import SCALAR_MIX_PLOT, hub_model_id, metric_results, write_model_card
+from ..utils.token_cache import build_token_cache
 from .arguments import ElmoArgumentParser
 from .checkpoints import CHECKPOINT_PATTERN, checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
@@ -314,7 +316,8 @@ def make_compute_metrics(id2label: dict[int, str], scheme: str):
 
 
 def make_preprocess_logits(model):
-    """Turn a batch's logits into tag ids before Trainer gathers them (Viterbi with a CRF, argmax without).
+    """Turn a batch's logits into tag ids before Trainer gathers them: the argmax per word, which for a CRF tagger
+    (whose ``logits`` are the CRF's max-marginals) is the Viterbi path.
 
     The labels give the mask: word-level labels are ``-100`` only on padding.
     """
@@ -322,10 +325,7 @@ def make_preprocess_logits(model):
     def preprocess(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if isinstance(logits, tuple):
             logits = logits[0]
-        mask = labels.ne(IGNORE_INDEX)
-        if model.crf is not None:
-            return model.crf.viterbi_tags(logits, mask)
-        return logits.argmax(dim=-1).masked_fill(~mask, IGNORE_INDEX)
+        return logits.argmax(dim=-1).masked_fill(~labels.ne(IGNORE_INDEX), IGNORE_INDEX)
 
     return preprocess
 
@@ -382,6 +382,13 @@ class ModelArguments:
     )
     no_crf: bool = field(default=False, metadata={"help": "per-word softmax instead of a CRF"})
     fine_tune_bilm: bool = field(default=False, metadata={"help": "train the biLM too (default: frozen)"})
+    remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "save (and push) the model with its code files, auto_map and pipeline, so that it loads without "
+            "this package (trust_remote_code=True); default: a plain folder"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_numbers(_Refusal, self, MODEL_NUMBER_RULES)
@@ -600,7 +607,7 @@ def check_run(model_args: ModelArguments, data_args: DataArguments, training_arg
             "--no_elmo for the baseline without ELMo"
         )
     if model_args.bilm and not Path(model_args.bilm).is_dir():
-        from ..commands.cli import close_released_name
+        from elmo_cli import close_released_name
 
         suggestion = close_released_name(model_args.bilm)
         hint = f": did you mean {suggestion}? (`elmo download --list`)" if suggestion else ""
@@ -988,7 +995,7 @@ def _train(
     if model.uses_bilm and model.config.freeze_bilm:
         # A frozen character encoder gives every word a fixed vector: compute each once.
         words = {w for sentence in data.train_sentences + (data.eval_sentences or []) for w in sentence}
-        model.elmo.build_token_cache(sorted(words), progress=progress)
+        build_token_cache(model.elmo, sorted(words), progress=progress)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     logger.info("model: %s parameters, %s trained", f"{model.num_parameters():,}", f"{trainable:,}")
 
@@ -1062,11 +1069,15 @@ def _train(
     trainer.write_card = write_card
     trainer.save_metrics("all", metrics)
     trainer.save_state()  # trainer_state.json: the log history, every evaluation included
-    if training_args.push_to_hub:
-        trainer.push_to_hub(commit_message="End of training")  # saves the model, writes the card, uploads
-    else:
-        trainer.save_model(training_args.output_dir)  # the model, its config (labels) and the tokenizer
-        trainer.create_model_card()
+    with remote_code(trainer.model, tokenizer) if model_args.remote_code else contextlib.nullcontext():
+        if model_args.remote_code and trainer.is_world_process_zero():
+            # The code files, auto_map and the token-classification pipeline (custom_pipelines) first.
+            save_with_remote_code(trainer.model, tokenizer, training_args.output_dir)
+        if training_args.push_to_hub:
+            trainer.push_to_hub(commit_message="End of training")  # saves the model, writes the card, uploads
+        else:
+            trainer.save_model(training_args.output_dir)  # the model, its config (labels) and the tokenizer
+            trainer.create_model_card()
     if trainer.is_world_process_zero():
         print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, (list, dict))}, indent=1), flush=True)
     if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -28,7 +28,7 @@ Other differences from AllenNLP, plainly:
 - ``keep_sentence_boundaries=True`` is not supported (the model drops ``<S>``/``</S>`` itself): a ``ValueError``.
 - ``do_layer_norm=True`` normalises each layer over the batch's words; AllenNLP's statistics also included the
   ``<S>``/``</S>`` positions, so the values differ slightly.
-- ``vocab_to_cache`` builds [`ElmoModel.build_token_cache`] (the same vectors, faster); ``word_inputs`` is
+- ``vocab_to_cache`` builds [`build_token_cache`] (the same vectors, faster); ``word_inputs`` is
   accepted and ignored: the character ids give the same words.
 - The state dict's names are this package's, so an AllenNLP checkpoint of a whole model does not load as such.
 - ``ElmoEmbedder.embed_file`` writes this package's ``elmo embed`` layout (AllenNLP's datasets and
@@ -49,6 +49,7 @@ from torch import nn
 from ..characters import MAX_CHARACTERS_PER_TOKEN, word_to_char_ids
 from ..configuration_elmo import ElmoConfig
 from ..modeling_elmo import ElmoLstmState, ElmoModel, ElmoScalarMix
+from .token_cache import build_token_cache
 
 DEFAULT_BATCH_SIZE = 64  # AllenNLP's ElmoEmbedder default
 EMBED_FILE_FORMATS = ("all", "top", "average")
@@ -121,14 +122,9 @@ def load_elmo_model(
     if weight_file is None:
         if os.path.isfile(options_file):
             raise ValueError(f"{options_file} is a file: give the HDF5 weight_file with it, or a converted folder")
-        from transformers.utils import logging as hf_logging
-
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # no report that the folder's own scalar mixes are left out
-        try:  # the compat classes carry the state themselves (stateful=...), whatever the folder's config says
-            return ElmoModel.from_pretrained(options_file, num_output_representations=0, stateful=False).eval()
-        finally:
-            hf_logging.set_verbosity(verbosity)
+        # The compat classes carry the state themselves (stateful=...), whatever the folder's config says. The
+        # folder's own scalar mixes are left out quietly: ElmoModel declares them (_keys_to_ignore_on_load_unexpected).
+        return ElmoModel.from_pretrained(options_file, num_output_representations=0, stateful=False).eval()
     from ..commands.convert import read_original_weights
 
     config = ElmoConfig.from_options(options_file, num_output_representations=0)
@@ -226,7 +222,7 @@ class Elmo(nn.Module):
         self.stateful = stateful
         self._state = ElmoLstmState()
         if vocab_to_cache is not None:
-            self._elmo_lstm.build_token_cache(list(vocab_to_cache), progress=False)
+            build_token_cache(self._elmo_lstm, list(vocab_to_cache), progress=False)
 
     def get_output_dim(self) -> int:
         """Width of each representation: ``2 * projection_dim`` (1024 for the original model)."""
@@ -370,7 +366,7 @@ class ElmoEmbedder:
             forget_sentences: write no ``sentence_to_index``.
             use_sentence_keys: not supported (keys by sentence break on ``/``): ``sentence_to_index`` maps them.
         """
-        from ..commands import cli
+        import elmo_cli as cli  # the `elmo embed` file writing, shared with the command
 
         if output_format not in EMBED_FILE_FORMATS:
             raise ValueError(f"output_format must be one of {EMBED_FILE_FORMATS}, got {output_format!r}")

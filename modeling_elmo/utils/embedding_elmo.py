@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .token_cache import build_token_cache, token_cache_size
+
 # AllenNLP's three (``allennlp elmo --all/--top/--average``, same meanings), then this package's two.
 OUTPUTS = ("all", "top", "average", "elmo", "sentence_mean")
 # The names before AllenNLP's were adopted: still accepted, with a FutureWarning.
@@ -138,7 +140,7 @@ def embed_corpus(
             yields every batch's outputs when the batch is done: each index still comes exactly once, and a
             chunk is complete before the next one starts, but within a chunk the order is by length.
         word_cache: while a chunk runs, hold the character encoder's vectors of its distinct words (and of
-            ``<S>``, ``</S>``) in the model's token cache ([`ElmoModel.build_token_cache`]), dropped at the end.
+            ``<S>``, ``</S>``) in the model's token cache ([`build_token_cache`]), dropped at the end.
             At the original size a word takes 2 KB in float32: about 20 MB for a chunk of 4096 WikiText-2
             sentences (9,000-10,000 distinct words). The outputs are the same (to float rounding). Not done when
             the model already has a token cache: that one is used as it is, and kept.
@@ -154,7 +156,7 @@ def embed_corpus(
     # Checked above at the call, not at the first next(); the work is done by the generator below.
     return _embed_chunks(
         model, tokenizer, sentences, output, batch_size, max_batch_words, chunk_size, is_split_into_words, progress,
-        total, ordered, word_cache and model.token_cache_size == 0,
+        total, ordered, word_cache and token_cache_size(model) == 0,
     )  # fmt: skip
 
 
@@ -209,7 +211,7 @@ def _embed_chunks(
                 )
                 table = torch.cat([torch.from_numpy(distinct).long(), model.boundary_ids.cpu()])
                 with torch.inference_mode():
-                    model.build_token_cache(table, progress=False)
+                    build_token_cache(model, table, progress=False)
                 del distinct, table, rows
             results: list[np.ndarray | None] = [None] * chunk_size_read if ordered else []
             for batch in _batches([len(w) for w in words], batch_size, max_batch_words):
@@ -249,7 +251,7 @@ def _embed_chunks(
             # Nothing of this chunk outlives it: the cache and the word arrays go before the next chunk is read
             # (before, they lived on while it was read and tokenized, so two chunks' worth coexisted).
             if cache_chunks:
-                model.clear_token_cache()
+                model.token_cache = None
             del words
             if ordered:
                 for offset in range(chunk_size_read):
@@ -262,7 +264,7 @@ def _embed_chunks(
     finally:
         bar.close()
         if cache_chunks:
-            model.clear_token_cache()
+            model.token_cache = None
 
 
 __all__ = ["OUTPUTS", "embed_corpus", "resolve_output"]

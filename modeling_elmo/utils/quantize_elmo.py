@@ -31,7 +31,8 @@ import warnings
 import torch
 from torch import nn
 
-from ..modeling_elmo import BOTH_DIRECTIONS, ElmoBiLstmLayer, ElmoModel, ElmoPreTrainedModel, _stacked
+from ..fast_path_elmo import BOTH_DIRECTIONS, _stacked
+from ..modeling_elmo import ElmoBiLstmLayer, ElmoModel, ElmoPreTrainedModel
 
 
 def _quantize_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -91,6 +92,7 @@ class Int8BiLstmLayer(ElmoBiLstmLayer):
     the float32 cell state and the clips are the float32 layer's own (``ElmoBiLstmLayer.forward``)."""
 
     holds_int8_weights = True
+    use_prepacked_weights = False  # its products are int8 ones: the float32 CPU fast path does not apply
 
     def __init__(self, layer: ElmoBiLstmLayer):
         nn.Module.__init__(self)
@@ -166,7 +168,7 @@ def quantize_int8(model: ElmoPreTrainedModel) -> ElmoPreTrainedModel:
             raise ValueError(
                 f"quantize_int8: the weight {prefix}{name} holds NaN or infinite values; nothing was quantized"
             )
-    base.clear_token_cache()  # built with the float32 encoder; build it again after quantizing if wanted
+    base.token_cache = None  # built with the float32 encoder; build it again after quantizing if wanted
     encoder = base.char_cnn
     for highway in encoder.highways:
         highway.carry, highway.transform = Int8Linear(highway.carry), Int8Linear(highway.transform)

@@ -1,5 +1,9 @@
 """The ``elmo`` command: convert weights, embed text to HDF5, compare words in context, train.
 
+It lives outside the ``modeling_elmo`` package because ``import modeling_elmo`` registers the package with
+transformers (and so imports torch and transformers): ``elmo --help`` and argument errors answer without that, and
+each subcommand imports the package when it runs.
+
 Subcommands (``elmo SUBCOMMAND --help`` for each):
 
 - ``elmo convert``: original ``options.json`` + HDF5 weights to a model folder (``modeling_elmo.commands.convert``).
@@ -42,7 +46,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
-DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
+# The package's folder, found without importing the package (which would import torch and transformers).
+PACKAGE_DIR = Path(importlib.util.find_spec("modeling_elmo").submodule_search_locations[0])
+DEMO_MODEL_DIR = PACKAGE_DIR / "commands" / "demo_model"
 # `elmo embed --output_type`: AllenNLP's three (same meanings as `allennlp elmo --all/--top/--average`), then this
 # package's two. Kept equal to modeling_elmo.utils.embedding_elmo.OUTPUTS (not imported: it imports torch).
 OUTPUT_TYPES = ("all", "top", "average", "elmo", "sentence_mean")
@@ -133,13 +139,13 @@ def demo_model_path() -> Path:
     use without ``--model``).
 
     The demo model is a toy-sized biLM (2 layers, LSTM 256, projection 64) that this project trained on WikiText-2,
-    not the released ELMo: it runs the examples without a download. The folder is a complete saved model (weights,
-    tokenizer, code files and ``auto_map``), so ``AutoModel.from_pretrained(demo_model_path())`` works with this
-    package imported, and with ``trust_remote_code=True`` without it. Light: imports neither torch nor transformers.
+    not the released ELMo: it runs the examples without a download. The folder is a plain saved model (config,
+    weights, tokenizer and card; no code), so ``AutoModel.from_pretrained(demo_model_path())`` works with this
+    package imported. Light: imports neither torch nor transformers.
 
     ```python
     from modeling_elmo import ElmoModel, ElmoTokenizer
-    from modeling_elmo.commands.cli import demo_model_path
+    from elmo_cli import demo_model_path
 
     model = ElmoModel.from_pretrained(demo_model_path())
     tokenizer = ElmoTokenizer.from_pretrained(demo_model_path())
@@ -186,7 +192,7 @@ def resolve_model(model: str | None) -> str:
     no folder fails at once with a suggestion, instead of being looked up on the Hub."""
     if model is not None:
         if not os.path.exists(model):  # an existing folder wins over a released name
-            from .download import DownloadError, canonical_name, download_released_model
+            from modeling_elmo.commands.download import DownloadError, canonical_name, download_released_model
 
             if canonical_name(model) is not None:
                 try:
@@ -275,8 +281,8 @@ def load_model(model: str | None, device, dtype: str = "float32", quantize: str 
     name = resolve_model(model)
     from transformers.utils import logging as hf_logging
 
-    from ..modeling_elmo import ElmoModel, hub_local_files_only
-    from ..tokenization_elmo import ElmoTokenizer
+    from modeling_elmo import ElmoModel, ElmoTokenizer
+    from modeling_elmo.utils.hub import hub_local_files_only
 
     offline = False
     if not os.path.exists(name):  # a Hub id: one quick check that it can be had, instead of minutes of retries
@@ -302,7 +308,7 @@ def load_model(model: str | None, device, dtype: str = "float32", quantize: str 
         if bar_was_on:
             hf_logging.enable_progress_bar()
     if quantize == "int8":
-        from ..utils.quantize_elmo import quantize_int8
+        from modeling_elmo.utils.quantize_elmo import quantize_int8
 
         return tokenizer, quantize_int8(elmo.eval())
     return tokenizer, elmo.to(device).eval()
@@ -602,7 +608,7 @@ def _write_sentences(
     import h5py
     import numpy as np
 
-    from ..utils.embedding_elmo import embed_corpus
+    from modeling_elmo.utils.embedding_elmo import embed_corpus
 
     if sentence_index not in ("json", "list", "none"):
         raise ValueError(f"sentence_index must be 'json', 'list' or 'none', got {sentence_index!r}")
@@ -1240,6 +1246,7 @@ def run_delegated(command: str, argv: list[str]) -> int:
                 'pip install "modeling-elmo[train]" (from a checkout: pip install -e ".[train]")'
             )
     try:
+        import_package()
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name == module_name:
@@ -1363,8 +1370,8 @@ full disk stops the run at the first failed write. A run holds a lock on OUT (.O
 second run to the same OUT is refused, with or without --overwrite, and without --overwrite a file that appears
 at OUT during the run is never replaced. sentence_to_index holds every distinct sentence in memory until the
 end; for corpora larger than memory, pass --forget_sentences.
-Several processes: accelerate launch --multi_gpu --num_processes N -m modeling_elmo.commands.cli embed FILE -o OUT
-(also on CPU; or torchrun --nproc_per_node N -m modeling_elmo.commands.cli embed ...). Each process embeds every
+Several processes: accelerate launch --multi_gpu --num_processes N -m elmo_cli embed FILE -o OUT
+(also on CPU; or torchrun --nproc_per_node N -m elmo_cli embed ...). Each process embeds every
 N-th sentence into a part file; process 0 merges them in input order and deletes the parts.""",
     )
     embed.add_argument("input", nargs="?", default="-", help="UTF-8 text file; - or nothing reads stdin")
@@ -1448,6 +1455,22 @@ N-th sentence into a part file; process 0 merges them in input order and deletes
     return parser
 
 
+def import_package() -> None:
+    """Import ``modeling_elmo`` (which registers it with transformers) for a subcommand. The command's own output
+    leaves out transformers' notice that the package's class now serves the stock "token-classification" task: a
+    Python user sees it once, a command's user has nothing to do with it."""
+    if "modeling_elmo" in sys.modules:
+        return
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        importlib.import_module("modeling_elmo")
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``elmo`` command; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -1470,6 +1493,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2
+        import_package()
         return args.func(args)
     except CliError as err:
         print(f"error: {err}", file=sys.stderr)
