@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 import torch
-from helpers import TINY_SIZES
+from helpers import BATCHING_ATOL, TINY_SIZES
 from transformers import pipeline
 from transformers.pipelines import TokenClassificationPipeline
 
@@ -126,7 +126,7 @@ def test_crf_pipeline_tags_equal_predict_and_scores_are_marginals(tagger, margin
         expected = marginals[sentence]  # (words, K)
         label_ids = [tagger.config.label2id[tag] for tag in tags]
         scores = torch.tensor([float(e["score"]) for e in result], dtype=torch.float64)
-        torch.testing.assert_close(scores, expected[range(len(tags)), label_ids], atol=1e-5, rtol=0)
+        torch.testing.assert_close(scores, expected[range(len(tags)), label_ids], atol=BATCHING_ATOL, rtol=0)
         assert all(0 < score <= 1 for score in scores.tolist())
 
 
@@ -170,7 +170,7 @@ def test_softmax_tagger_pipeline_keeps_argmax_and_softmax_scores():
         probabilities = tagger(**TOKENIZER(SENTENCES[0], return_tensors="pt")).logits[0].softmax(dim=-1)
     assert [e["entity"] for e in result] == [tagger.config.id2label[int(i)] for i in probabilities.argmax(dim=-1)]
     torch.testing.assert_close(
-        torch.tensor([float(e["score"]) for e in result]), probabilities.max(dim=-1).values, atol=1e-6, rtol=0
+        torch.tensor([float(e["score"]) for e in result]), probabilities.max(dim=-1).values, atol=BATCHING_ATOL, rtol=0
     )
 
 
