@@ -97,8 +97,10 @@ def test_tanh_through_the_sigmoid_is_tanh():
 
     x = torch.cat([torch.linspace(-30, 30, 1 << 16), torch.logspace(-12, 1, 1 << 15), torch.tensor([0.0, -0.0])])
     exact = torch.tanh(x.double())
-    assert (_tanh(x).double() - exact).abs().max() <= 2.5e-7
-    assert (torch.tanh(x).double() - exact).abs().max() <= 1e-7  # what torch's own gives, for comparison
+    # 2 sigmoid(2x) - 1 doubles the sigmoid's error near 1/2 (ulp 6e-8): measured 1.76e-7 with default, AVX2 and
+    # unvectorised kernels (torch's tanh: 3.0e-8); 5e-7 allows a 4-ulp sigmoid; a wrong formula is off by 1e-1.
+    assert (_tanh(x).double() - exact).abs().max() <= 5e-7
+    assert (torch.tanh(x).double() - exact).abs().max() <= 2e-7  # what torch's own gives, for comparison
     small, wanted = x[:1000], x.clone().requires_grad_(True)
     assert torch.equal(_tanh(small), torch.tanh(small))  # below 2^15 elements: torch's tanh itself
     _tanh(wanted).sum().backward()  # with autograd: torch's tanh, whose gradient is 1 - tanh^2
