@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import TINY
+from helpers import BATCHING_ATOL, TINY
 
 import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
@@ -99,7 +99,7 @@ def test_every_split_gives_each_sentence_its_vectors_alone(reference, settings, 
         assert indices == list(range(len(sentences)))
     for i, layers in got:
         assert layers.dtype == np.float32 and layers.shape == expected[i].shape, (i, layers.shape, expected[i].shape)
-        np.testing.assert_allclose(layers, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
+        np.testing.assert_allclose(layers, expected[i], rtol=0, atol=BATCHING_ATOL, err_msg=f"sentence {i}")
 
 
 def _rows_through_the_character_encoder(model: ElmoModel) -> list[int]:
@@ -128,8 +128,8 @@ def test_word_cache_runs_the_character_encoder_once_per_distinct_word_of_a_chunk
     assert sum(calls) > len({w for s in sentences for w in s}) + 2
     for (i, got), (j, without) in zip(cached, plain, strict=True):
         assert i == j
-        np.testing.assert_allclose(got, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
-        np.testing.assert_allclose(without, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
+        np.testing.assert_allclose(got, expected[i], rtol=0, atol=BATCHING_ATOL, err_msg=f"sentence {i}")
+        np.testing.assert_allclose(without, expected[i], rtol=0, atol=BATCHING_ATOL, err_msg=f"sentence {i}")
 
 
 def test_word_cache_leaves_the_models_own_token_cache_alone(reference):
@@ -143,7 +143,7 @@ def test_word_cache_leaves_the_models_own_token_cache_alone(reference):
     assert token_cache_size(model) == 2
     assert len(calls) > 1  # per batch, not one call for the chunk
     for i, layers in got:
-        np.testing.assert_allclose(layers, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
+        np.testing.assert_allclose(layers, expected[i], rtol=0, atol=BATCHING_ATOL, err_msg=f"sentence {i}")
 
 
 def test_word_cache_is_dropped_when_the_caller_stops_early(reference):

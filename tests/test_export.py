@@ -16,6 +16,8 @@ from modeling_elmo.utils.export_elmo import (
     export_program,
 )
 
+# The exported program vs the eager model: another graph of the same float32 ops (a batching-like rounding
+# difference), measured at most 7.2e-7 on values up to 2.6; the 1e-5 batch-invariance bound.
 TOLERANCE = 1e-5
 # (batch, words) unlike the export example (2, 3): one sentence of one word, and a bigger padded batch.
 SHAPES = [(1, 1), (4, 9)]

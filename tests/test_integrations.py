@@ -53,8 +53,9 @@ def _reference_layers(demo, sentences: list[list[str]]):
 
 
 # Batches of other shapes change float32 sums in the last bits: measured at most 3.6e-7 between the plug-ins' batches
-# and the reference's here (values up to 4), and up to 1.4e-6 for single values of layer 0 (test_static_vectors).
-ATOL = 5e-6
+# and the reference's here (values up to 4), and up to 1.4e-6 for single values of layer 0 (test_static_vectors);
+# 1e-5 is the batch-invariance bound the docs state (7.2e-7 seen on an AMX Xeon).
+ATOL = 1e-5
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ import os
 
 import pytest
 import torch
-from helpers import TINY_SIZES
+from helpers import BATCHING_ATOL, TINY_SIZES
 from transformers import pipeline
 from transformers.pipelines import TokenClassificationPipeline
 
@@ -141,7 +141,7 @@ def test_crf_pipeline_gives_the_viterbi_tags_where_the_emissions_argmax_does_not
                 n = len(tags)
                 expected = out.logits[row, :n].softmax(dim=-1).max(dim=-1).values
                 got = torch.tensor([float(e["score"]) for e in result])
-                torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+                torch.testing.assert_close(got, expected, atol=BATCHING_ATOL, rtol=0)
 
 
 def test_crf_pipeline_aggregation_gives_the_viterbi_spans(tagger):
@@ -173,7 +173,7 @@ def test_softmax_tagger_pipeline_keeps_argmax_and_softmax_scores():
         probabilities = tagger(**TOKENIZER(SENTENCES[0], return_tensors="pt")).logits[0].softmax(dim=-1)
     assert [e["entity"] for e in result] == [tagger.config.id2label[int(i)] for i in probabilities.argmax(dim=-1)]
     torch.testing.assert_close(
-        torch.tensor([float(e["score"]) for e in result]), probabilities.max(dim=-1).values, atol=1e-6, rtol=0
+        torch.tensor([float(e["score"]) for e in result]), probabilities.max(dim=-1).values, atol=BATCHING_ATOL, rtol=0
     )
 
 

@@ -8,7 +8,7 @@ import copy
 
 import pytest
 import torch
-from helpers import TINY
+from helpers import BATCHING_ATOL, TINY
 
 from modeling_elmo import ElmoConfig, ElmoModel
 from modeling_elmo.fast_path_elmo import PrepackedProducts, _PrepackedWeights, prepacked
@@ -75,8 +75,9 @@ def test_prepacked_products_match_the_plain_ones(model, batch, dtype, min_rows, 
         h = torch.zeros(2, 3, 8, dtype=dtype)
         assert all(PrepackedProducts.for_layer(layer, h).runs_directions_apart(h) for layer in _layers(model))
     assert _packed_layers(model) == 2  # the prepacked path really ran, for both layers
-    # Both accumulate in float32; only the order of the sums may differ.
-    torch.testing.assert_close(packed, plain, atol=1e-5 if dtype == torch.float32 else 2e-2, rtol=1e-5)
+    # Both accumulate in float32; only the order of the sums may differ: float32 is a batching difference (measured
+    # 2.4e-7); bfloat16 outputs near 1.6 round in steps of 7.8e-3, 2e-2 allows about two (measured 0 here).
+    torch.testing.assert_close(packed, plain, atol=BATCHING_ATOL if dtype == torch.float32 else 2e-2, rtol=1e-5)
 
 
 def test_changed_weights_are_packed_again(model, batch):
@@ -87,7 +88,7 @@ def test_changed_weights_are_packed_again(model, batch):
         layer.projection.data = layer.projection.data * 2  # a new tensor
         packed = _run(model, batch, prepacked=True)
         plain = _run(model, batch, prepacked=False)
-    torch.testing.assert_close(packed, plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed, plain, atol=BATCHING_ATOL, rtol=0)
 
 
 def test_a_round_trip_through_bfloat16_is_not_served_stale_weights(model, batch):
@@ -96,7 +97,7 @@ def test_a_round_trip_through_bfloat16_is_not_served_stale_weights(model, batch)
         model.to(torch.bfloat16).to(torch.float32)  # rounded weights, possibly at a freed address
         packed = _run(model, batch, prepacked=True)
         plain = _run(model, batch, prepacked=False)
-    torch.testing.assert_close(packed, plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed, plain, atol=BATCHING_ATOL, rtol=0)
 
 
 def test_training_uses_the_plain_products_and_gets_gradients(model, batch):
@@ -134,7 +135,7 @@ def test_only_weights_of_the_minimum_size_are_prepacked(model, batch, monkeypatc
     for layer in _layers(model):
         assert [w is not None for w in _PrepackedWeights._cache[layer].packed] == [True, True, False]
         assert prepacked(layer, torch.zeros(2, 1, 8), 2) is None
-    torch.testing.assert_close(packed, plain, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(packed, plain, atol=BATCHING_ATOL, rtol=0)
     monkeypatch.setattr(ElmoBiLstmLayer, "prepack_min_elements", 1 << 20)  # the default: nothing this small
     _PrepackedWeights._cache.clear()
     with torch.no_grad():
@@ -153,4 +154,4 @@ def test_one_row_products_use_the_plain_kernel(model, monkeypatch):
         monkeypatch.setattr(ElmoBiLstmLayer, "use_prepacked_weights", False)
         plain = model(input_ids=one, output_hidden_states=True).hidden_states
     for a, b in zip(packed, plain, strict=True):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(a, b, atol=BATCHING_ATOL, rtol=0)

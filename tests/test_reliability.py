@@ -505,7 +505,7 @@ def test_memory_blocks_do_not_change_outputs(monkeypatch):
     monkeypatch.setattr(modeling, "GATE_BLOCK_ROWS", 5)
     blocks = run(MODEL, enc["input_ids"], enc["attention_mask"])
     for a, b in zip(whole.hidden_states, blocks.hidden_states, strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+        torch.testing.assert_close(a, b, rtol=0, atol=INDEPENDENCE)
 
 
 _STREAM_SCRIPT = textwrap.dedent(

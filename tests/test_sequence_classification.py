@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TINY
+from helpers import BATCHING_ATOL, TINY
 from transformers import (
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
@@ -156,8 +156,8 @@ def test_save_reload_same_logits_frozen_again(trained, tmp_path):
     assert isinstance(loaded, ElmoForSequenceClassification)
     assert not any(p.requires_grad for p in loaded.elmo.bilm.parameters())
     assert loaded.classifier.weight.requires_grad
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits, atol=1e-6, rtol=0)
+    with torch.no_grad():  # the reloaded model is not bitwise the trained one here: 7.2e-7 seen
+        torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits, atol=BATCHING_ATOL, rtol=0)
     config = json.loads((trained["folder"] / "config.json").read_text())
     assert "auto_map" not in config and "custom_pipelines" not in config  # a plain folder (issue 27)
     assert not [f for f in os.listdir(trained["folder"]) if f.endswith(".py")]
@@ -259,7 +259,7 @@ def test_pooling_and_padding_independence(pooling):
     with torch.no_grad():
         together = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
         alone = torch.cat([model(**tokenizer([t], return_tensors="pt")).logits for t in texts])
-    torch.testing.assert_close(together, alone, atol=1e-6, rtol=0)
+    torch.testing.assert_close(together, alone, atol=BATCHING_ATOL, rtol=0)
 
 
 def test_config_fields_are_validated_and_counted():
@@ -295,7 +295,9 @@ def test_text_classification_pipeline_labels_and_scores(trained):
     model, tokenizer = trained["model"], trained["tokenizer"]
     with torch.no_grad():
         probabilities = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits.softmax(dim=-1)
-    np.testing.assert_allclose([r["score"] for r in results], probabilities.max(dim=-1).values.numpy(), atol=1e-6)
+    np.testing.assert_allclose(
+        [r["score"] for r in results], probabilities.max(dim=-1).values.numpy(), atol=BATCHING_ATOL
+    )
     every = classify("a great story", top_k=None)
     assert [e["label"] for e in every] == ["positive", "negative"] and abs(sum(e["score"] for e in every) - 1) < 1e-6
 
@@ -307,7 +309,9 @@ def test_text_classification_pipeline_labels_and_scores(trained):
     for batch_size in (1, 2):
         got = stock(texts, batch_size=batch_size)
         assert [r["label"] for r in got] == ["positive", "negative"]
-        np.testing.assert_allclose([r["score"] for r in got], probabilities.max(dim=-1).values.numpy(), atol=1e-6)
+        np.testing.assert_allclose(
+            [r["score"] for r in got], probabilities.max(dim=-1).values.numpy(), atol=BATCHING_ATOL
+        )
 
 
 # ---------------------------------------------------------------- remote code
@@ -387,4 +391,4 @@ def test_remote_code_loads_without_the_package(trained, tmp_path):
     model, tokenizer = trained["model"], trained["tokenizer"]
     with torch.no_grad():
         expected = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
-    np.testing.assert_allclose(report["logits"], expected.numpy(), atol=1e-6)
+    np.testing.assert_allclose(report["logits"], expected.numpy(), atol=BATCHING_ATOL)
