@@ -4,6 +4,7 @@ character CNN, the word-vector cache, the corpus streamer, and the benchmark scr
 from __future__ import annotations
 
 import random
+import zlib
 import string
 import sys
 import tracemalloc
@@ -59,7 +60,8 @@ def make_model(size: str, seed: int = 0, **overrides) -> ElmoModel:
 )
 def test_fast_path_equals_step_by_step_reference(size, overrides):
     model = make_model(size, **overrides)
-    rng = random.Random(hash((size, str(overrides))) % 1000)
+    # A fixed seed per case (str hashes change from run to run): the same batches on every run and CPU.
+    rng = random.Random(zlib.crc32(repr((size, overrides)).encode()))
     sentences = [random_words(rng, rng.randint(1, 14)) for _ in range(7)]
     enc = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     enc = {k: F.pad(v, (0, 0, 0, 3) if k == "input_ids" else (0, 3)) for k, v in enc.items()}  # extra padding
