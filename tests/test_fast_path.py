@@ -4,10 +4,10 @@ character CNN, the word-vector cache, the corpus streamer, and the benchmark scr
 from __future__ import annotations
 
 import random
-import zlib
 import string
 import sys
 import tracemalloc
+import zlib
 from pathlib import Path
 
 import numpy as np
