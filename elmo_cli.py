@@ -284,6 +284,7 @@ def resolve_precision(args: argparse.Namespace, device, say: bool = True) -> Non
             print(f"precision auto: {choice.name}; {choice.reason}", file=sys.stderr)
         precision = choice.name
     args.dtype, args.quantize = ("float32", "int8") if precision == "int8" else (precision, None)
+    args.precision = None  # resolved: a second call keeps the choice
 
 
 def load_model(model: str | None, device, dtype: str = "float32", quantize: str | None = None):
