@@ -6,7 +6,11 @@ A thin entry for a checkout: ``python convert_original_weights.py --options_file
 
 import sys
 
-from modeling_elmo.commands.convert import ConversionError, convert, main, read_original_weights
+from elmo_cli import import_package
+
+import_package()  # quietly, as the `elmo` command does (without transformers' note on the stock pipeline task)
+
+from modeling_elmo.commands.convert import ConversionError, convert, main, read_original_weights  # noqa: E402
 
 __all__ = ["ConversionError", "convert", "main", "read_original_weights"]
 

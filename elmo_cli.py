@@ -164,7 +164,7 @@ def close_released_name(name: str) -> str | None:
     """
     import difflib
 
-    from .download import canonical_name, released_model_names
+    from modeling_elmo.commands.download import canonical_name, released_model_names
 
     if "/" in name or canonical_name(name) is not None:
         return None
@@ -1223,7 +1223,7 @@ def run_similar(args: argparse.Namespace) -> int:
     if example is not None and len(labels) == 4:
         print(sense_summary(example, sim))
     if args.plot:
-        from ..utils.plots import save_similarity_plot
+        from modeling_elmo.utils.plots import save_similarity_plot
 
         print(f"Wrote the heatmap to {save_similarity_plot(args.plot, word, labels, sim, layer_name)}")
     return 0

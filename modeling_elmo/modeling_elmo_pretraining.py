@@ -170,8 +170,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         vocab_size = getattr(config, "lm_vocab_size", 0)
         if not isinstance(vocab_size, int) or vocab_size < 1:
             raise ValueError(
-                "ElmoForPreTraining needs config.lm_vocab_size >= 1: the number of words of the LM vocabulary "
-                f"(e.g. ElmoForPreTraining.from_pretrained(path, lm_vocab_size=V)), got {vocab_size!r}"
+                "ElmoForPreTraining needs an LM softmax, config.lm_vocab_size >= 1: the number of words of the LM "
+                f"vocabulary (e.g. ElmoForPreTraining.from_pretrained(path, lm_vocab_size=V)), got {vocab_size!r}"
             )
         if config.stateful:
             raise ValueError("ElmoForPreTraining trains a stateless biLM: load it with stateful=False")

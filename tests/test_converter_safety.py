@@ -365,7 +365,7 @@ def test_conversion_while_another_holds_the_lock_fails_clearly(small, tmp_path: 
 # within milliseconds of each other, well inside the other's conversion.
 RACER = """
 import os, sys, time
-from modeling_elmo.commands.convert import main
+from convert_original_weights import main  # the checkout's entry, which imports the package quietly
 open(sys.argv[1] + str(os.getpid()), "w").close()
 while not os.path.exists(sys.argv[2]):
     time.sleep(0.001)
