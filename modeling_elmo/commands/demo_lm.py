@@ -1,11 +1,14 @@
 """The bundled demo model's language model: its biLM with the LM softmax it was trained with (``ElmoForPreTraining``).
 
-The demo folder (``demo_model/``) holds the ``ElmoModel`` part only, as every embedding command loads it. The
-softmax of the same training run (10,000 words x 64, plus the bias) ships beside it in ``demo_model_lm/``, with
-``W`` in float16 to keep the package small (its effect on log-probabilities is measured in
-docs/language-model.md). [`load_demo_language_model`] joins the two in memory; [`demo_language_model_path`]
-writes the pair once into the cache as an ordinary ``ElmoForPreTraining`` folder, for what takes a folder
-(``pipeline("elmo-fill-mask", model=...)``, ``elmo score --model demo``).
+The demo folder (``demo_model/``) holds the ``ElmoModel`` part only, as every embedding command loads it.
+``scripts/train_demo_model.sh`` writes the softmax of the same training run (10,000 words x 64, plus the bias)
+beside it, to ``demo_model_lm/softmax.safetensors``: ``W`` in float16 to keep the package small, and the SHA-256 of
+the biLM file it was trained with. The biLM shipped now came from a run that kept no softmax, and a rerun does not
+reproduce it bit for bit, so no softmax ships yet: [`has_demo_language_model`] is then False, ``elmo demo`` shows
+fill-in-the-blank as unavailable and ``elmo score --model demo`` says how to get one.
+
+[`load_demo_language_model`] joins the two in memory; [`demo_language_model_path`] writes the pair once into the
+cache as an ordinary ``ElmoForPreTraining`` folder, for what takes a folder (``pipeline("elmo-fill-mask", ...)``).
 
 Shapes: V = 10,000 words (``<S>``, ``</S>``, ``<UNK>`` first), P = 64 (the projection).
 """

@@ -6,8 +6,8 @@ Command::
 
 ``--model`` is a folder converted with ``elmo convert --softmax_weight_file`` (an ``ElmoForPreTraining``), a
 released LM name (``original-lm``, ``original-5.5B-lm``: downloaded and converted on first use), or ``demo``: the
-bundled toy demo biLM with its softmax (see ``modeling_elmo.commands.demo_lm``). FILE holds one
-sentence per line (``-``: stdin). Each output line is ``{"tokens", "forward_logprob", "backward_logprob",
+bundled toy demo biLM with its softmax, where the package has it (see ``modeling_elmo.commands.demo_lm``).
+FILE holds one sentence per line (``-``: stdin). Each output line is ``{"tokens", "forward_logprob", "backward_logprob",
 "perplexity"}`` (see ``modeling_elmo.scoring_elmo``).
 """
 
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None, prog: str = "elmo score") -> int:
         "--model",
         required=True,
         help="a folder converted with --softmax_weight_file, original-lm / original-5.5B-lm (downloaded once), or "
-        "demo (the bundled toy biLM trained on WikiText-2, with its softmax)",
+        "demo (the bundled toy biLM, once its softmax ships: modeling_elmo/commands/demo_model_lm)",
     )
     parser.add_argument("-o", "--output", help="write the JSON lines here (default: stdout)")
     parser.add_argument("--tokenized", action="store_true", help="lines are tokenized: split on whitespace only")
