@@ -68,6 +68,7 @@ import torch
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.characters import word_to_char_ids
 from modeling_elmo.utils.reference_elmo import reference_forward
+from modeling_elmo.utils.token_cache import build_token_cache
 
 SIZES = {
     "tiny": dict(lstm_dim=64, projection_dim=16, char_cnn_filters=[[1, 4], [2, 8], [3, 16]], n_highway=1),
@@ -189,7 +190,7 @@ def build_model(size: str, device: str, cache_vocab: list[str] | None = None) ->
     torch.manual_seed(0)
     model = ElmoModel(ElmoConfig(**SIZES[size], initializer_range=0.02)).eval().to(device)
     if cache_vocab is not None:
-        model.build_token_cache(cache_vocab, progress=False)
+        build_token_cache(model, cache_vocab, progress=False)
     return model
 
 
@@ -651,7 +652,7 @@ def compare_with_allennlp(args) -> None:
         one = work_dir / "one.txt"
         one.write_text(text[0] + "\n", encoding="utf-8")
         words = sum(len(line.split()) for line in text)
-        cli = [sys.executable, "-m", "modeling_elmo.commands.cli", "embed", "--model", str(folder)]
+        cli = [sys.executable, "-m", "elmo_cli", "embed", "--model", str(folder)]
         cli += ["--device", "cpu", "--output_type", "elmo", "--disable_tqdm", "--overwrite", "-o"]
         flags = {"float32": [], "bfloat16": ["--dtype", "bfloat16"], "int8": ["--quantize", "int8"]}
         walls = {mode: [] for mode in args.modes}

@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 
 from modeling_elmo import ElmoConfig
-from modeling_elmo.model_card import bilm_parameter_count
 from modeling_elmo.training.train_lm import PRESETS
 from modeling_elmo.training.train_lm import main as train_lm
+from modeling_elmo.utils.model_card import bilm_parameter_count
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("ELMO_SHARED_DIR", REPO.parent / "shared")) / "data" / "wikitext-2"

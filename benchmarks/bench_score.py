@@ -67,7 +67,7 @@ def convert_peak(files: dict[str, Path], out: Path, softmax: bool) -> tuple[floa
     args = [
         sys.executable,
         "-m",
-        "modeling_elmo.commands.cli",
+        "elmo_cli",
         "convert",
         "--options_file",
         str(files["options"]),

@@ -2,8 +2,8 @@
 settings of the task-specific scalar mixes.
 
 The ground floor of the package: it imports nothing from the model, the tokenizer or the Hub helpers, and saving
-it writes ``config.json`` only (preparing a Hub folder is the model's ``save_pretrained``'s job, see
-``hub_elmo.py``). No ``from __future__ import annotations`` here: ``@strict`` checks the field types from the
+it writes ``config.json`` only, with no ``auto_map`` unless remote code is asked for (``utils/hub.py``).
+No ``from __future__ import annotations`` here: ``@strict`` checks the field types from the
 annotations, which must be types, not strings.
 """
 
@@ -19,18 +19,6 @@ from typing import Any, Literal, Union, get_args, get_origin
 from huggingface_hub.dataclasses import strict
 from huggingface_hub.errors import StrictDataclassError
 from transformers import PreTrainedConfig
-
-# Where each Auto class finds its ELMo class, as "<file>.<Class>" (one dot: transformers' remote-code format).
-# AutoTokenizer takes a (slow, fast) pair; transformers 5 loads index 1 if set, else index 0, and itself writes
-# (name, None) for a tokenizer class whose name does not end in "Fast", so that form is used everywhere.
-ELMO_AUTO_MAP: dict[str, Any] = {
-    "AutoConfig": "configuration_elmo.ElmoConfig",
-    "AutoModel": "modeling_elmo.ElmoModel",
-    "AutoModelForPreTraining": "modeling_elmo_pretraining.ElmoForPreTraining",
-    "AutoModelForTokenClassification": "modeling_elmo_tagging.ElmoForTokenClassification",
-    "AutoModelForSequenceClassification": "modeling_elmo_classification.ElmoForSequenceClassification",
-    "AutoTokenizer": ["tokenization_elmo.ElmoTokenizer", None],
-}
 
 # Upper bounds of the sizes (issue #13): far above every released ELMo (the largest, 2x4096_512: lstm_dim 4096,
 # projection_dim 512, 2 layers, 2 highway layers, 7 filters of width <= 7 and 2048 channels in all, 16-dim
@@ -49,6 +37,11 @@ SIZE_LIMITS: dict[str, int] = {
     "lm_bos_vocab_id": 1 << 22,
     "lm_eos_vocab_id": 1 << 22,
     "tagger_word_vocab_size": 1 << 22,
+    # ELMoForManyLangs (manylangs.py): a per-model character vocabulary (every Unicode code point and the marks at
+    # most) and a word embedding before the projection (the releases: 2,677 characters, 172,763 x 100 words).
+    "n_characters": 0x110000 + 7,
+    "word_vocab_size": 1 << 22,
+    "word_embedding_dim": 8192,
     "tagger_word_embedding_dim": 8192,
     "tagger_hidden_size": 8192,
     "tagger_num_layers": 32,
@@ -83,6 +76,35 @@ _short_repr = reprlib.Repr()
 _short_repr.maxlevel, _short_repr.maxlist, _short_repr.maxdict, _short_repr.maxtuple = 2, 4, 4, 4
 _short_repr.maxstring = _short_repr.maxother = 40
 _MAX_MESSAGE = 300
+
+
+def check_model_name(name: Any) -> None:
+    """Refuse at once, with no network call, a model name that is neither an existing path nor a Hugging Face Hub
+    id of the form ``owner/name`` (every ELMo on the Hub has an owner): a released model's short name such as
+    ``"original"`` or ``"elmo-original"`` would otherwise wait through the Hub client's retries (minutes offline).
+
+    A path that does not exist and is no valid id (``/no/such/folder``) is named as a missing folder. ``owner/name``
+    ids are left to transformers (``HF_HUB_OFFLINE=1`` keeps it off the network).
+
+    Raises:
+        OSError: naming the problem and how to get a released model (``elmo download NAME``).
+    """
+    if not isinstance(name, (str, os.PathLike)) or os.path.exists(name):
+        return
+    name = os.fspath(name)
+    if "/" in name.strip("/") or "\\" in name:
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:
+            validate_repo_id(name)  # the id's form only: no network
+        except HFValidationError:
+            raise OSError(f"no such folder {name} (and not a Hugging Face Hub id such as owner/name)") from None
+        return
+    raise OSError(
+        f"{name!r} is no folder, and no Hugging Face Hub id (owner/name). For a released ELMo model (small, medium, "
+        "original, ...), run `elmo download NAME` (it converts the model once and prints its folder) and pass that "
+        "folder; in Python, modeling_elmo.commands.download.resolve_pretrained(NAME) returns it"
+    )
 
 
 def _show(value: Any) -> str:
@@ -231,7 +253,14 @@ class ElmoConfig(PreTrainedConfig):
         n_highway: number of highway layers after the character CNN.
         max_characters_per_token: character ids per word, the word marks included.
         n_characters: rows of the character embedding, row 0 being the padding id. Original
-            options files say 261 (training) or 262 (inference); both mean 262 rows here.
+            options files say 261 (training) or 262 (inference); both mean 262 rows here. With
+            ``char_vocabulary="manylangs"``: the rows of the model's own character vocabulary.
+        char_vocabulary: ``"elmo"``: characters are UTF-8 bytes and ELMo's marks (262 ids); ``"manylangs"``:
+            a per-model vocabulary of code points, as ELMoForManyLangs (row 0 no word, rows 1-6 its marks
+            ``<bos> <eos> <oov> <pad> <bow> <eow>``, then the characters; see ``manylangs.py``).
+        word_vocab_size, word_embedding_dim: a word embedding (``word_vocab_size`` rows of the tokenizer's
+            vocabulary) concatenated with the highway output before the projection, as ELMoForManyLangs' token
+            encoder; the model then also takes ``vocab_ids``. 0 and 0: none (the released AllenNLP models).
         lstm_dim: LSTM cell size.
         projection_dim: size of the token vector and of each LSTM's projected output.
         n_layers: LSTM layers per direction.
@@ -307,6 +336,9 @@ class ElmoConfig(PreTrainedConfig):
     n_highway: int = 2
     max_characters_per_token: int = 50
     n_characters: int = 262
+    char_vocabulary: Literal["elmo", "manylangs"] = "elmo"
+    word_vocab_size: int = 0
+    word_embedding_dim: int = 0
     lstm_dim: int = 4096
     projection_dim: int = 512
     n_layers: int = 2
@@ -347,9 +379,6 @@ class ElmoConfig(PreTrainedConfig):
         if self.n_characters == 261:  # training-time options count without the padding row
             self.n_characters = 262
         super().__post_init__(**kwargs)
-        # Every config names all ELMo classes, so that any saved folder loads with every Auto class and
-        # `trust_remote_code=True` (a head's save would otherwise only write its own entry).
-        self.auto_map = {**ELMO_AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
 
     # ------------------------------------------------------------------------------------------------------------
     # Validation: `@strict` runs every `validate_*` method (in name order) after `__init__`, and `save_pretrained`
@@ -362,9 +391,21 @@ class ElmoConfig(PreTrainedConfig):
             _check_size(name, getattr(self, name), minimum=1)
         _check_size("n_highway", self.n_highway, minimum=0)
         _check_size("num_output_representations", self.num_output_representations, minimum=0)
-        if self.n_characters != 262:
+        _check_size("n_characters", self.n_characters, minimum=1)
+        if self.char_vocabulary == "elmo" and self.n_characters != 262:
             raise ValueError(
                 f"n_characters must be 261 or 262 (the ELMo character set), got {_show(self.n_characters)}"
+            )
+        if self.char_vocabulary == "manylangs":  # row 0 and the six marks, then at least one character
+            _check_size("n_characters", self.n_characters, minimum=8)
+        for name in ("word_vocab_size", "word_embedding_dim"):
+            _check_size(name, getattr(self, name), minimum=0)
+        if self.word_vocab_size and self.char_vocabulary != "manylangs":
+            raise ValueError("a word input (word_vocab_size > 0) needs char_vocabulary='manylangs' (ELMoForManyLangs)")
+        if (self.word_vocab_size == 0) != (self.word_embedding_dim == 0):
+            raise ValueError(
+                "word_vocab_size and word_embedding_dim must both be 0 (no word input) or both positive, got "
+                f"{self.word_vocab_size} and {self.word_embedding_dim}"
             )
         total = 0
         for i, (width, count) in enumerate(self.char_cnn_filters):
@@ -462,6 +503,8 @@ class ElmoConfig(PreTrainedConfig):
             + sum(count * (cd * width + 1) for width, count in self.char_cnn_filters),
             "char_cnn_filters, n_highway": self.n_highway * 2 * (channels * channels + channels),
             "char_cnn_filters, projection_dim": channels * p + p,
+            # The word input (ELMoForManyLangs): its embedding and its columns of the projection.
+            "word_vocab_size, word_embedding_dim": (self.word_vocab_size + p) * self.word_embedding_dim,
             # Per layer and direction: input and state kernels (P x 4D each), bias 4D, projection D x P.
             "lstm_dim, projection_dim, n_layers": self.n_layers * 2 * (2 * p * 4 * d + 4 * d + d * p),
             "lm_vocab_size, projection_dim": self.lm_vocab_size * (p + 1),
@@ -581,4 +624,4 @@ def options_to_config_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-__all__ = ["ELMO_AUTO_MAP", "MAX_PARAMETERS", "SIZE_LIMITS", "ElmoConfig", "options_to_config_kwargs"]
+__all__ = ["MAX_PARAMETERS", "check_model_name", "SIZE_LIMITS", "ElmoConfig", "options_to_config_kwargs"]

@@ -320,32 +320,56 @@ class ConditionalRandomField(nn.Module):
             float ``(B, T, K)``: at each real position a distribution over the tags (sums to 1); 0 at masked ones.
         """
         emissions, mask = self._check_emissions_and_mask(emissions, mask)
+        # alpha + beta at t is the log-sum of the full paths through each tag at t; normalising per position
+        # divides by Z (the same for every t), and keeps each distribution summing to 1 to rounding.
+        return self._through_each_tag(emissions, mask, torch.logsumexp, lambda scores: torch.softmax(scores, dim=-1))
+
+    def max_marginals(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Per position and tag, the score of the best whole path through that tag (max-product forward-backward).
+
+        ``max_k`` at any real position is the Viterbi path's score, reached at the Viterbi tag: the per-position
+        argmax is the Viterbi path wherever the best path is unique. When several paths tie for the best score,
+        each position's maximum is shared by the tags those paths take there, and an argmax picks the lowest such
+        tag id, which may mix the tied paths (with float32 scores of a trained tagger this is rare).
+
+        Args:
+            emissions: float ``(B, T, K)``.
+            mask: ``(B, T)`` right-padded, or ``None``.
+
+        Returns:
+            float ``(B, T, K)``: path scores at real positions (``FORBIDDEN_SCORE``-sized for tags no allowed path
+            takes); 0 at masked ones.
+        """
+        emissions, mask = self._check_emissions_and_mask(emissions, mask)
+        return self._through_each_tag(emissions, mask, torch.amax, lambda scores: scores)
+
+    def _through_each_tag(self, emissions: torch.Tensor, mask: torch.Tensor, reduce, finish) -> torch.Tensor:
+        """Forward-backward with ``reduce`` over the neighbouring tag (``logsumexp``: sums of path scores in log
+        space; ``amax``: best path scores): per position and tag, ``finish(alpha + beta)`` ``(B, T, K)`` over all
+        the paths through that tag, 0 at masked positions."""
         transitions, start, end = self._effective_scores(emissions.dtype)
         batch, steps, num_tags = emissions.shape
         length = self._max_length(mask)
         if length == 0:
             return emissions.new_zeros(batch, steps, num_tags)
-
-        # alpha[t][b, j]: log-sum of the scores of the prefixes ending in tag j at t (emission at t included).
+        # alpha[t][b, j]: the prefixes ending in tag j at t (emission at t included).
         alphas = [start.unsqueeze(0) + emissions[:, 0]]  # (B, K)
         for t in range(1, length):
-            alphas.append(torch.logsumexp(alphas[-1].unsqueeze(2) + transitions, dim=1) + emissions[:, t])
-        # beta[t][b, i]: log-sum of the scores of the suffixes after t given tag i at t (END included). At a
-        # sequence's last position (the next one is masked) it is the END score.
+            alphas.append(reduce(alphas[-1].unsqueeze(2) + transitions, dim=1) + emissions[:, t])
+        # beta[t][b, i]: the suffixes after t given tag i at t (END included); END alone at a sequence's last
+        # position (the next one is masked).
         final = end.unsqueeze(0).expand(batch, num_tags)
         betas = [final]
         for t in range(length - 2, -1, -1):
             after = (emissions[:, t + 1] + betas[-1]).unsqueeze(1)  # (B, 1, K_next)
-            step = torch.logsumexp(transitions.unsqueeze(0) + after, dim=2)  # (B, K)
+            step = reduce(transitions.unsqueeze(0) + after, dim=2)  # (B, K)
             betas.append(torch.where(mask[:, t + 1].unsqueeze(1), step, final))
         betas.reverse()
-        # alpha + beta at t is the log-sum of the full paths through each tag at t; normalising per position
-        # divides by Z (the same for every t), and keeps each distribution summing to 1 to rounding.
-        scores = torch.stack(alphas, dim=1) + torch.stack(betas, dim=1)  # (B, length, K)
-        probabilities = torch.softmax(scores, dim=-1).masked_fill(~mask[:, :length].unsqueeze(2), 0.0)
+        scores = finish(torch.stack(alphas, dim=1) + torch.stack(betas, dim=1))  # (B, length, K)
+        scores = scores.masked_fill(~mask[:, :length].unsqueeze(2), 0.0)
         if length < steps:
-            probabilities = torch.cat([probabilities, probabilities.new_zeros(batch, steps - length, num_tags)], 1)
-        return probabilities
+            scores = torch.cat([scores, scores.new_zeros(batch, steps - length, num_tags)], 1)
+        return scores
 
     def viterbi_tags(
         self, emissions: torch.Tensor, mask: torch.Tensor | None = None, return_scores: bool = False

@@ -4,6 +4,7 @@ The parts, in the paper's order, top to bottom in this file:
 
     characters -> character CNN -> highway -> projection      (ElmoCharacterEncoder: layer 0)
                -> forward and backward LSTM stacks            (ElmoBiLstmLayer, ElmoBiLm: layers 1..L)
+                  with projection and clipping
                -> scalar mix of the L+1 layers                (ElmoScalarMix)
     ElmoModel ties them together: it adds <S>/</S> around every sentence, runs the biLM,
     removes the boundaries again and returns the layers and the mixes.
@@ -16,6 +17,11 @@ decided by ``requires_grad`` alone: the biLM runs without autograd only when non
 grad. ElmoPreTrainedModel.from_pretrained is the one post-load hook (``apply_freezing``) of all heads, and
 ``_init_weights`` holds the initialisation policies (``init_pretraining_scales`` for the LM head's biLM).
 
+Beside this file: ``fast_path_elmo.py``, the LSTM's CPU fast path (prepacked oneDNN products), which
+``ElmoBiLstmLayer.forward`` chooses at one place; ``lstm_state_elmo.py``, the LSTM state carried between calls
+(``ElmoLstmState``); ``checks_elmo.py``, the input and loading checks; inference helpers
+(TF-Hub's outputs, ``embed_sentences``, the token cache) are in ``modeling_elmo/utils/``.
+
 The paper's 2L + 1 representations of a word (x, and forward and backward h of each LSTM layer)
 are returned as L + 1 tensors of width 2P: ``[x; x]`` and ``[forward_h_j; backward_h_j]``, j = 1..L.
 
@@ -25,30 +31,27 @@ D = lstm_dim, T = W + 2 (words plus the sentence boundaries the model adds).
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import json
-import logging as std_logging
 import math
-import operator
 import os
-import re
-import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel
 from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple, logging
 
-from .characters import NUM_CHARACTERS, PADDING_CHAR, begin_of_sentence_ids, end_of_sentence_ids, word_to_char_ids
+from .characters import PADDING_CHAR, begin_of_sentence_ids, end_of_sentence_ids
+from .checks_elmo import check_inputs, check_loaded, check_source, follow_umask, mismatched_shapes
 from .configuration_elmo import ElmoConfig
+from .fast_path_elmo import BOTH_DIRECTIONS, PrepackedProducts, cpu_tanh
+from .lstm_state_elmo import ElmoLstmState, LstmState
+from .manylangs import PAD_CHAR as MANYLANGS_PAD_CHAR
+from .manylangs import ElmoWordInput, append_word_ids, boundary_rows
 
 logger = logging.get_logger(__name__)
 
@@ -58,9 +61,6 @@ PADDING_ID = PADDING_CHAR + 1  # the padding mark after the +1 shift of all char
 # steps whose input gates are computed at once (2 x 4D floats each: 128 KB at the original size).
 CHAR_CNN_BLOCK_WORDS = 1024
 GATE_BLOCK_ROWS = 1024
-
-# One layer's recurrent state, both directions: (projected output h (2, n, P), cell c (2, n, D)).
-LstmState = tuple[torch.Tensor, torch.Tensor]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -87,28 +87,37 @@ class ElmoCharacterEncoder(nn.Module):
     Character embedding, one 1-D convolution per ``(width, count)`` filter (max over positions,
     then the activation), ``n_highway`` highway layers, and a linear projection to ``P``.
 
-    Input ``(..., C)`` character ids; output ``(..., P)``.
+    Input ``(..., C)`` character ids; output ``(..., P)``. A model with a word input (ELMoForManyLangs, see
+    ``manylangs.py``) reads ``(..., C + 1)``: each word's character ids, then its word id, whose term
+    ``word_input`` adds to the projection.
     """
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
-        self.char_embedding = nn.Embedding(NUM_CHARACTERS, config.char_embedding_dim, padding_idx=0)
+        self.char_embedding = nn.Embedding(config.n_characters, config.char_embedding_dim, padding_idx=0)
         self.convolutions = nn.ModuleList(
             nn.Conv1d(config.char_embedding_dim, count, kernel_size=width) for width, count in config.char_cnn_filters
         )
         self.activation = torch.tanh if config.char_cnn_activation == "tanh" else F.relu
         self.highways = nn.ModuleList(ElmoHighway(config.n_filters) for _ in range(config.n_highway))
         self.projection = nn.Linear(config.n_filters, config.projection_dim)
+        self.padding_id = MANYLANGS_PAD_CHAR if config.char_vocabulary == "manylangs" else PADDING_ID
+        self.word_input = ElmoWordInput(config) if config.word_vocab_size else None
 
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
-        batch_shape, chars = char_ids.shape[:-1], char_ids.shape[-1]
-        char_ids = char_ids.reshape(-1, chars)
+        batch_shape, width = char_ids.shape[:-1], char_ids.shape[-1]
+        char_ids = char_ids.reshape(-1, width)
         if char_ids.shape[0] > CHAR_CNN_BLOCK_WORDS:  # bounded convolution activations for many words
             return torch.cat([self(block) for block in char_ids.split(CHAR_CNN_BLOCK_WORDS)]).reshape(*batch_shape, -1)
+        word_ids = None
+        if self.word_input is not None:
+            char_ids, word_ids = char_ids[:, :-1], char_ids[:, -1]
+        chars = char_ids.shape[-1]
+        padding_id = self.padding_id
         # Words are far shorter than C: positions past the longest word hold only the padding mark,
         # and every window made only of padding has the same value. Convolve up to the longest word
         # and let that one value stand in for the windows past it (the result is the same).
-        span = int(char_ids.ne(PADDING_ID).sum(dim=-1).max()) if char_ids.numel() else chars
+        span = int(char_ids.ne(padding_id).sum(dim=-1).max()) if char_ids.numel() else chars
         widest = max(conv.kernel_size[0] for conv in self.convolutions)
         embedded = self.char_embedding(char_ids[:, : min(chars, span + widest - 1)]).transpose(1, 2)  # (N, dim, C')
         features = []
@@ -117,108 +126,22 @@ class ElmoCharacterEncoder(nn.Module):
             keep = min(chars, span + width - 1)
             feature = conv(embedded[:, :, :keep]).amax(dim=-1)  # (N, count)
             if keep < chars:
-                padding_only = self.char_embedding.weight[PADDING_ID].unsqueeze(-1).expand(-1, width)
+                padding_only = self.char_embedding.weight[padding_id].unsqueeze(-1).expand(-1, width)
                 feature = torch.maximum(feature, conv(padding_only.unsqueeze(0))[0, :, 0])
             # Max over positions first: relu and tanh are monotonic, so this equals the original's order.
             features.append(self.activation(feature))
         x = torch.cat(features, dim=-1)  # (N, n_filters)
         for highway in self.highways:
             x = highway(x)
-        return self.projection(x).reshape(*batch_shape, -1)
+        x = self.projection(x)
+        if word_ids is not None:
+            x = x + self.word_input(word_ids)
+        return x.reshape(*batch_shape, -1)
 
 
 # ---------------------------------------------------------------------------------------------
-# Layers 1..L: the biLSTM language model
+# Layers 1..L: the biLSTM language model, with projection and clipping
 # ---------------------------------------------------------------------------------------------
-
-
-class _PrepackedWeights:
-    """oneDNN's prepacked copies of one [`ElmoBiLstmLayer`]'s weights, for its products on the CPU at inference.
-
-    A plain matrix product re-lays its weight out into the kernel's blocked format on every call; for the LSTM's
-    products, whose weights are large and whose rows are few (a batch's rows at one step), that is most of the
-    cost. These copies are laid out once, then reused by every step until the weights change. They take as much
-    memory again as the LSTM weights (about 300 MB at the original size in float32), and are built lazily and
-    held outside the module (``deepcopy``, ``state_dict`` and saving do not see them).
-    """
-
-    _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-    def __init__(self, weights: Sequence[torch.Tensor], min_elements: int):
-        # Aliases of the packed weights keep their memory alive, so an address seen again is the same tensor.
-        self.sources = [w.detach() for w in weights]
-        self.versions = [w._version for w in weights]
-        # Per weight ``(2, in, out)``, per direction the ``(out, in)`` weight in oneDNN's layout; ``None`` for a
-        # weight below ``min_elements`` per direction, which the plain product serves faster.
-        self.packed = [
-            [torch.ops.mkldnn._reorder_linear_weight(w[k].t().contiguous(), 32) for k in range(2)]
-            if w[0].numel() >= min_elements
-            else None
-            for w in self.sources
-        ]
-        self.min_elements = min_elements
-
-    def current(self, weights: Sequence[torch.Tensor], min_elements: int) -> bool:
-        return min_elements == self.min_elements and all(
-            s.data_ptr() == w.data_ptr() and s.dtype == w.dtype and v == w._version
-            for s, v, w in zip(self.sources, self.versions, weights, strict=True)
-        )
-
-    @staticmethod
-    @functools.cache
-    def supported(dtype: torch.dtype) -> bool:
-        """Whether this torch build has oneDNN's prepacked products for ``dtype`` on this CPU."""
-        if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
-            return False
-        if dtype == torch.bfloat16:
-            return torch.ops.mkldnn._is_mkldnn_bf16_supported()
-        return dtype == torch.float32
-
-    @classmethod
-    def of(cls, layer: nn.Module, weights: Sequence[torch.Tensor], min_elements: int) -> _PrepackedWeights:
-        packed = cls._cache.get(layer)
-        if packed is None or not packed.current(weights, min_elements):
-            cls._cache.pop(layer, None)  # free the old copies before making new ones
-            packed = cls._cache[layer] = cls(weights, min_elements)
-        return packed
-
-
-def _stacked(parts: Sequence[torch.Tensor]) -> torch.Tensor:
-    """``(G, ...)`` from ``G`` tensors; a single one becomes a view, not a copy."""
-    return parts[0].unsqueeze(0) if len(parts) == 1 else torch.stack(list(parts))
-
-
-def _tanh(x: torch.Tensor) -> torch.Tensor:
-    """``tanh(x)``. In float32 on the CPU without autograd, for tensors of at least 2^15 elements, as
-    ``2 sigmoid(2x) - 1``, the same function to within ~1e-7: torch's CPU tanh is ~3x slower than its sigmoid
-    (measured), and the LSTM's two tanh per step were its largest element-wise cost. Smaller tensors (a step of a
-    few rows) take the one call: the three extra calls cost more there than they save."""
-    if (
-        x.device.type != "cpu"
-        or x.dtype != torch.float32
-        or x.numel() < 1 << 15
-        or (torch.is_grad_enabled() and x.requires_grad)
-    ):
-        return torch.tanh(x)
-    return torch.sigmoid(x * 2).mul_(2).sub_(1)
-
-
-def _packed_products(
-    x: torch.Tensor, packed: Sequence[torch.Tensor], bias: torch.Tensor | None = None, add: torch.Tensor | None = None
-) -> torch.Tensor:
-    """``x (G, n, in)``, row ``g`` times ``packed[g]`` (prepacked), plus ``bias (G, out)`` or ``add (G, n, out)``
-    (fused into the product): ``(G, n, out)``."""
-    linear = torch.ops.mkldnn._linear_pointwise
-    products = []
-    for g, (part, weight) in enumerate(zip(x, packed, strict=True)):
-        if add is not None:
-            products.append(linear.binary(part.contiguous(), add[g].contiguous(), weight, None, "add"))
-        else:
-            products.append(linear(part.contiguous(), weight, None if bias is None else bias[g], "none", [], ""))
-    return _stacked(products)
-
-
-BOTH_DIRECTIONS = slice(0, 2)
 
 
 class ElmoBiLstmLayer(GradientCheckpointingLayer):
@@ -234,7 +157,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
 
     ``W_0`` is kept as ``input_kernel`` (its rows that multiply ``x_t``) and ``state_kernel`` (those
     that multiply ``h_{t-1}``): the input part of all steps is then one matrix product per layer,
-    and each step is one batched product for both directions (on the CPU with prepacked or int8 products, the
+    and each step is one batched product for both directions (with the CPU fast path or int8 products, the
     directions run one after the other: see ``runs_directions_apart``). With ``residual`` the layer's input is
     added to its output; the recurrent state stays the un-added ``h_t``.
 
@@ -254,34 +177,17 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         self.proj_clip = config.proj_clip
         self.residual = residual
 
-    # The three matrix products of a step. Subclasses change how they are computed (the int8 layer of
-    # ``modeling_elmo.utils.quantize_elmo``); the recurrence in ``forward`` stays the same. On the CPU, without
-    # autograd, they use prepacked weights (see [`_PrepackedWeights`]; ``use_prepacked_weights = False`` turns it off)
-    # for weights of at least ``prepack_min_elements`` per direction and products of at least ``prepack_min_rows``
-    # rows: for smaller weights (the LSTMs smaller than 2x2048_256), oneDNN's per-call overhead costs more than the
-    # re-layout it saves, and a one-row product (a step of one sentence) ran 2x slower prepacked than with bmm.
+    # The three matrix products of a step, plain (batched over the directions). Where the CPU fast path applies
+    # (fast_path_elmo.PrepackedProducts), its products replace them; subclasses may compute them otherwise (the int8
+    # layer of ``modeling_elmo.utils.quantize_elmo``). The recurrence in ``forward`` stays the same. The fast path's
+    # settings: ``use_prepacked_weights = False`` turns it off; it serves weights of at least
+    # ``prepack_min_elements`` per direction and products of at least ``prepack_min_rows`` rows (for smaller
+    # weights, oneDNN's per-call overhead costs more than the re-layout it saves, and a one-row product, a step of
+    # one sentence, ran 2x slower prepacked than with bmm).
 
     use_prepacked_weights: bool = True
     prepack_min_elements: int = 1 << 20
     prepack_min_rows: int = 2
-
-    def prepacked(self, x: torch.Tensor, weight: int) -> list[torch.Tensor] | None:
-        """The prepacked ``input_kernel`` (``weight=0``), ``state_kernel`` (1) or ``projection`` (2), one per direction,
-        for a product with ``x``; ``None`` where the plain product runs: off the CPU, with gradients to compute,
-        without oneDNN for the dtype, for a weight below ``prepack_min_elements`` or fewer than ``prepack_min_rows``
-        rows in ``x (2, rows, in)``."""
-        weights = (self.input_kernel, self.state_kernel, self.projection)
-        if (
-            not self.use_prepacked_weights
-            or x.device.type != "cpu"
-            or x.dtype != self.input_kernel.dtype
-            or weights[weight][0].numel() < self.prepack_min_elements
-            or x.shape[-2] < self.prepack_min_rows
-            or (torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights)))
-            or not _PrepackedWeights.supported(x.dtype)
-        ):
-            return None
-        return _PrepackedWeights.of(self, weights, self.prepack_min_elements).packed[weight]
 
     def gate_bias(self) -> torch.Tensor:
         """``B`` plus the forget bias 1, ``(2, 4D)``, in the weights' dtype."""
@@ -295,34 +201,22 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         self, inputs: torch.Tensor, bias: torch.Tensor, directions: slice = BOTH_DIRECTIONS
     ) -> torch.Tensor:
         """``inputs (G, n, P) @ input_kernel + bias (G, 4D)`` -> ``(G, n, 4D)``."""
-        packed = self.prepacked(inputs, 0)
-        if packed is not None:
-            return _packed_products(inputs, packed[directions], bias=bias)
         return torch.baddbmm(bias.unsqueeze(1), inputs, self.input_kernel[directions])
 
     def add_state_gates(
         self, input_gates: torch.Tensor, h: torch.Tensor, directions: slice = BOTH_DIRECTIONS
     ) -> torch.Tensor:
         """``input_gates (G, n, 4D) + h (G, n, P) @ state_kernel`` -> ``(G, n, 4D)``."""
-        packed = self.prepacked(h, 1)
-        if packed is not None:
-            return _packed_products(h, packed[directions], add=input_gates)
         return torch.baddbmm(input_gates, h, self.state_kernel[directions])
 
     def project(self, memory: torch.Tensor, directions: slice = BOTH_DIRECTIONS) -> torch.Tensor:
         """``memory (G, n, D) @ projection`` -> ``h (G, n, P)`` in the weights' dtype."""
-        memory = memory.to(self.projection.dtype)
-        packed = self.prepacked(memory, 2)
-        if packed is not None:
-            return _packed_products(memory, packed[directions])
-        return torch.bmm(memory, self.projection[directions])
+        return torch.bmm(memory.to(self.projection.dtype), self.projection[directions])
 
     def runs_directions_apart(self, h: torch.Tensor) -> bool:
-        """Whether the two directions run one after the other instead of together, for a batch whose initial
-        ``h`` is ``(2, B, P)``: where each direction's product is a call of its own anyway (prepacked weights),
-        joining the two results at every step would only copy them (``torch.stack``: ~6% of the CPU time in the
-        profiler at the original size and batch 32; running apart measured ~3% faster there)."""
-        return self.prepacked(h, 1) is not None
+        """Whether this layer's own products run the two directions one after the other (no: one batched product
+        serves both)."""
+        return False
 
     @staticmethod
     def state_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -360,18 +254,22 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         bias = self.gate_bias()
         c = c.to(self.state_dtype(bias.dtype))
         h = h.to(inputs.dtype)
-        if self.runs_directions_apart(h):
+        # The one place where the CPU fast path is chosen: prepacked oneDNN products where they apply, else this
+        # layer's own products.
+        products = PrepackedProducts.for_layer(self, h) or self
+        if products.runs_directions_apart(h):
             one = [slice(k, k + 1) for k in range(2)]
-            runs = [self.recurrence(inputs[d], h[d], c[d], bias[d], batch_sizes, d) for d in one]
+            runs = [self.recurrence(products, inputs[d], h[d], c[d], bias[d], batch_sizes, d) for d in one]
             output, h, c = (torch.cat(parts) for parts in zip(*runs, strict=True))
         else:
-            output, h, c = self.recurrence(inputs, h, c, bias, batch_sizes, BOTH_DIRECTIONS)
+            output, h, c = self.recurrence(products, inputs, h, c, bias, batch_sizes, BOTH_DIRECTIONS)
         if self.residual:
             output = output + inputs
         return output, h, c
 
     def recurrence(
         self,
+        products,
         inputs: torch.Tensor,
         h: torch.Tensor,
         c: torch.Tensor,
@@ -379,8 +277,9 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         batch_sizes: Sequence[int],
         directions: slice,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The LSTM steps of ``directions`` (``G`` of them): ``inputs (G, N, P)``, ``h (G, B, P)``, ``c (G, B, D)``,
-        ``bias (G, 4D)`` -> the un-added outputs ``(G, N, P)`` and the final ``h``, ``c`` (as ``forward``)."""
+        """The LSTM steps of ``directions`` (``G`` of them) with the three products of ``products`` (this layer, or
+        the fast path's): ``inputs (G, N, P)``, ``h (G, B, P)``, ``c (G, B, D)``, ``bias (G, 4D)`` -> the un-added
+        outputs ``(G, N, P)`` and the final ``h``, ``c`` (as ``forward``)."""
         # The input part of the gates, for blocks of GATE_BLOCK_ROWS packed steps at a time (usually all of
         # them at once): memory does not grow with N x 4D for very long inputs.
         input_gates, block_start, block_end = None, 0, 0
@@ -394,14 +293,14 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             if offset + n > block_end:
                 block_start, block_end = offset, offset + max(n, GATE_BLOCK_ROWS)
                 input_gates = None  # free the previous block first
-                input_gates = self.input_gates(inputs[:, block_start:block_end], bias, directions)
+                input_gates = products.input_gates(inputs[:, block_start:block_end], bias, directions)
             start = offset - block_start
-            gates = self.add_state_gates(input_gates[:, start : start + n], h, directions)  # (G, n, 4D)
+            gates = products.add_state_gates(input_gates[:, start : start + n], h, directions)  # (G, n, 4D)
             i, j, f, o = gates.chunk(4, dim=-1)
-            c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), _tanh(j))
+            c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), cpu_tanh(j))
             if self.cell_clip is not None:
                 c = c.clamp(-self.cell_clip, self.cell_clip)
-            h = self.project(torch.sigmoid(o) * _tanh(c), directions)
+            h = products.project(torch.sigmoid(o) * cpu_tanh(c), directions)
             if self.proj_clip is not None:
                 h = h.clamp(-self.proj_clip, self.proj_clip)
             outputs.append(h)
@@ -416,84 +315,6 @@ def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     steps = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
     index = torch.where(steps < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - steps, steps)
     return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
-
-
-class ElmoLstmState:
-    """The biLM's recurrent state, carried from one call to the next as transformers models carry
-    ``past_key_values``: per LSTM layer, ``(h (2, R, P), c (2, R, D))`` for ``R`` batch rows (index 0 of the
-    first dimension is the forward direction, 1 the backward one).
-
-    [`ElmoModel.forward`] takes one (``lstm_state=``), starts each batch row from that row's state, and
-    [`update`]s it in place with the states the rows end with (returned as ``ElmoModelOutput.lstm_state``).
-    An empty state (``ElmoLstmState()``, or after [`reset`]) means zeros, and rows past its end start from
-    zero. Stored states are detached from the autograd graph: backpropagation stops at the start of a call.
-
-    ```python
-    state = ElmoLstmState()
-    for batch in batches:  # row b of every batch continues row b of the previous one
-        out = model(**batch, lstm_state=state)
-    state.reset()  # start again from zero
-    ```
-    """
-
-    def __init__(self, layers: Sequence[LstmState] | None = None):
-        self.layers: list[LstmState] = list(layers) if layers is not None else []
-
-    @property
-    def num_rows(self) -> int:
-        """Rows ``R`` held (0 when empty)."""
-        return self.layers[0][0].shape[1] if self.layers else 0
-
-    def select(self, rows: torch.Tensor) -> ElmoLstmState:
-        """The states of ``rows`` ``(n,)`` (long), in that order; rows past the end are zeros. Empty stays empty."""
-        if not self.layers:
-            return ElmoLstmState()
-        size = max(self.num_rows, int(rows.max()) + 1 if rows.numel() else 0)
-        rows = rows.to(self.layers[0][0].device)
-        padded = [(_pad_rows(h, size), _pad_rows(c, size)) for h, c in self.layers]
-        return ElmoLstmState([(h.index_select(1, rows), c.index_select(1, rows)) for h, c in padded])
-
-    def update(self, rows: torch.Tensor, new: ElmoLstmState) -> ElmoLstmState:
-        """Set the states of ``rows`` ``(n,)`` to ``new`` (``n`` rows; detached), growing with zero rows as
-        needed; the other rows keep theirs. Returns this state."""
-        if not new.layers or rows.numel() == 0:
-            return self
-        size = max(self.num_rows, int(rows.max()) + 1)
-        if not self.layers:
-            self.layers = [(h.new_zeros(2, 0, h.shape[2]), c.new_zeros(2, 0, c.shape[2])) for h, c in new.layers]
-        self._grow(size)
-        rows = rows.to(new.layers[0][0].device)
-        self.layers = [
-            (old_h.to(h).index_copy(1, rows, h.detach()), old_c.to(c).index_copy(1, rows, c.detach()))
-            for (old_h, old_c), (h, c) in zip(self.layers, new.layers, strict=True)
-        ]
-        return self
-
-    def reset(self) -> None:
-        """Forget every row's state (back to zeros)."""
-        self.layers = []
-
-    def _grow(self, rows: int) -> None:
-        if rows > self.num_rows:
-            self.layers = [(_pad_rows(h, rows), _pad_rows(c, rows)) for h, c in self.layers]
-
-    def __repr__(self) -> str:
-        return f"ElmoLstmState(layers={len(self.layers)}, rows={self.num_rows})"
-
-    def __getitem__(self, row: int) -> ElmoLstmState:
-        """Row ``row``'s state alone (one row; zeros past the end, as [`select`]), as ``tensor[b]`` is row ``b``:
-        this is how transformers' pipelines split a batched output (``ElmoModelOutput.lstm_state``) by sentence."""
-        row = operator.index(row)
-        if row < 0:
-            raise IndexError(f"ElmoLstmState rows are indexed from 0, got {row}")
-        return self.select(torch.tensor([row]))
-
-    __iter__ = None  # rows past the end read as zeros, so there is no end to iterate to: use range(num_rows)
-
-
-def _pad_rows(state: torch.Tensor, rows: int) -> torch.Tensor:
-    """Extend a ``(2, n, size)`` state with zero rows to ``(2, rows, size)``."""
-    return F.pad(state, (0, 0, 0, rows - state.shape[1]))
 
 
 class ElmoBiLm(nn.Module):
@@ -640,89 +461,6 @@ class ElmoScalarMix(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# Input validation (issue #13): one function for the eager model and for callers of an exported graph
-# ---------------------------------------------------------------------------------------------
-
-
-def _follow_umask(paths: Iterable[Path]) -> None:
-    """Give ``paths`` the mode a new file gets under the user's umask: transformers writes the weights privately
-    (0600), so a folder saved to share or package would hold weights that only its owner can read."""
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in paths:
-        path.chmod(0o666 & ~umask)
-
-
-def check_inputs(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor | None, max_characters_per_token: int
-) -> torch.Tensor:
-    """Validate a batch for [`ElmoModel`] and return its word mask ``(B, W)`` bool.
-
-    Args:
-        input_ids: ``(B, W, C)`` int64 or int32 character ids in ``[0, 262)`` (``C = max_characters_per_token``),
-            as [`ElmoTokenizer`] makes them; a padded word is a row of zeros.
-        attention_mask: ``None`` (then the words are the non-zero character rows), or a ``(B, W)`` tensor of
-            bool or integer dtype holding only 0 and 1, right-padded (each sentence's words first, then
-            padding). Floating-point masks are refused by name, as are lists and arrays: 0.5, 2, -1 or NaN
-            have no meaning as a mask, and a float mask is easily a mask of weights rather than of words.
-            With a mask, the ids are checked at the words only: padded positions may hold any id (the model
-            ignores them, as transformers models do), e.g. a pipeline's collation pads with the tokenizer's
-            ``pad_token_id``.
-
-    Raises:
-        TypeError: ``attention_mask`` is not a tensor.
-        ValueError: naming ``input_ids`` or ``attention_mask`` and what is wrong (shape, dtype, values, padding).
-    """
-    chars = max_characters_per_token
-    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 3 or input_ids.shape[-1] != chars:
-        shape = tuple(input_ids.shape) if isinstance(input_ids, torch.Tensor) else type(input_ids).__name__
-        raise ValueError(
-            f"input_ids must be a (batch, words, {chars}) tensor of character ids from ElmoTokenizer, got {shape}"
-        )
-    if input_ids.dtype not in (torch.int64, torch.int32):
-        raise ValueError(f"input_ids must hold integer character ids (int64 or int32), got dtype {input_ids.dtype}")
-    if attention_mask is None:
-        _check_character_ids(input_ids)
-        return input_ids.ne(0).any(dim=-1)
-    if not isinstance(attention_mask, torch.Tensor):
-        raise TypeError(
-            f"attention_mask must be a torch.Tensor of 0/1 (bool or integer dtype), got {type(attention_mask).__name__}"
-        )
-    if tuple(attention_mask.shape) != tuple(input_ids.shape[:2]):
-        raise ValueError(
-            f"attention_mask must have shape (batch, words) = {tuple(input_ids.shape[:2])}, "
-            f"got {tuple(attention_mask.shape)}"
-        )
-    if attention_mask.dtype != torch.bool:
-        if attention_mask.is_floating_point() or attention_mask.is_complex():
-            raise ValueError(
-                f"attention_mask must have a bool or integer dtype (1 for words, 0 for padding), got "
-                f"{attention_mask.dtype}; pass mask.long() or mask.bool() if it holds only 0 and 1"
-            )
-        bad = attention_mask.ne(0) & attention_mask.ne(1)
-        if bad.any():
-            where = tuple(bad.nonzero()[0].tolist())
-            raise ValueError(
-                f"attention_mask must hold only 0 (padding) and 1 (words), got {attention_mask[where].item()} "
-                f"at {where}"
-            )
-    mask = attention_mask.bool()
-    prefix = torch.arange(mask.shape[1], device=mask.device) < mask.sum(dim=1, keepdim=True)
-    if not torch.equal(mask, prefix):
-        raise ValueError("attention_mask must be right-padded: the words of a sentence first, then padding")
-    # Only the words' ids: padded positions may hold anything (a pipeline pads input_ids with the tokenizer's
-    # word-level pad id, e.g. 10000), and the model reads zeros there instead (ElmoModel.forward).
-    _check_character_ids(input_ids[mask])
-    return mask
-
-
-def _check_character_ids(ids: torch.Tensor) -> None:
-    """Refuse character ids outside ``[0, NUM_CHARACTERS)`` (``ids`` of any shape)."""
-    if ids.numel() and (ids.min() < 0 or ids.max() >= NUM_CHARACTERS):
-        raise ValueError(f"character ids must be in [0, {NUM_CHARACTERS}); is this the output of ElmoTokenizer?")
-
-
-# ---------------------------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------------------------
 
@@ -773,174 +511,8 @@ class ElmoModelOutput(ModelOutput):
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading checks (issues #8, #13): safetensors only, floating and finite weights, clear errors for bad sources
+# The pretrained-model base class and ElmoModel
 # ---------------------------------------------------------------------------------------------
-
-# Seconds to wait for the Hugging Face Hub before loading a Hub id: without it, an unreachable Hub costs
-# huggingface_hub's 5 retries with backoff (~23 s) per file, 212 s for `elmo embed` (issue #13).
-HUB_PROBE_TIMEOUT = 5.0
-_SAFETENSORS_INDEX_SUFFIX = ".safetensors.index.json"
-
-
-def _check_safetensors_indexes(folder: str) -> None:
-    """Refuse an index (``*.safetensors.index.json`` in ``folder``) that names any file but a ``.safetensors`` file
-    of that folder: transformers would open a ``pytorch_model.bin`` it names with ``torch.load`` (a pickle)."""
-    for name in sorted(os.listdir(folder)):
-        if not name.endswith(_SAFETENSORS_INDEX_SUFFIX):
-            continue
-        index = os.path.join(folder, name)
-        try:
-            with open(index, encoding="utf-8") as handle:
-                weight_map = json.load(handle).get("weight_map")
-        except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError) as error:
-            raise OSError(f"cannot read the safetensors index {index}: {error}") from error
-        if not isinstance(weight_map, dict):
-            raise OSError(f"the safetensors index {index} has no weight_map object")
-        for shard in sorted({repr(v) if not isinstance(v, str) else v for v in weight_map.values()}):
-            # a plain name: no folder part (another folder, an absolute path, a Windows path), not "." or ".."
-            plain = os.path.basename(shard) == shard and "\\" not in shard and shard not in (".", "..")
-            if not (plain and shard.endswith(".safetensors")):
-                raise OSError(
-                    f"the safetensors index {index} names {shard!r}: an index may name only .safetensors files in "
-                    "its own folder (pickled weights such as pytorch_model.bin are never loaded)"
-                )
-
-
-def _floating_names(model: nn.Module) -> set[str]:
-    """The state-dict names of ``model``'s floating tensors, also with the base model's prefix added and removed
-    (a head loads a base checkpoint and the other way round)."""
-    prefix = getattr(model, "base_model_prefix", "") + "."
-    names = {name for name, tensor in model.state_dict().items() if tensor.is_floating_point()}
-    return names | {prefix + name for name in names} | {name.removeprefix(prefix) for name in names}
-
-
-def _check_checkpoint_dtypes(files: Sequence[str], floating: set[str]) -> None:
-    """Refuse checkpoint files other than safetensors, and non-floating tensors for the model's floating ones.
-
-    Reads only the files' headers. Integer or bool weights would be cast to the model's dtype and give
-    all-zero or meaningless outputs; complex ones would lose their imaginary part. Tensors the model keeps in
-    another dtype (the CRF's bool ``constraint_mask``), or does not load at all, are not checked.
-    """
-    from safetensors import safe_open
-
-    for file in files:
-        if not os.fspath(file).endswith(".safetensors"):
-            raise OSError(
-                f"{os.fspath(file)} is not a .safetensors file: ELMo weights load only from safetensors (is it named "
-                f"by a {_SAFETENSORS_INDEX_SUFFIX}?)"
-            )
-        with safe_open(file, framework="pt") as handle:
-            dtypes = {key: handle.get_slice(key).get_dtype() for key in handle.keys() if key in floating}
-        bad = [f"{key} ({dtype})" for key, dtype in sorted(dtypes.items()) if not dtype.startswith(("F", "BF"))]
-        if bad:
-            shown = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
-            raise ValueError(
-                f"{os.fspath(file)} holds weights of a non-floating dtype: {shown}; ELMo weights must be "
-                "floating point (F16, BF16, F32 or F64)"
-            )
-
-
-def _floating_or_not_a_tensor(value) -> bool:
-    return not isinstance(value, torch.Tensor) or value.is_floating_point()  # other values: transformers decides
-
-
-def _check_finite(model: nn.Module, source: str) -> None:
-    """Refuse NaN or infinite values in a loaded model's floating weights and buffers (one pass over them)."""
-    bad = [
-        name
-        for name, tensor in model.state_dict().items()
-        if tensor.is_floating_point() and tensor.device.type != "meta" and not bool(torch.isfinite(tensor).all())
-    ]
-    if bad:
-        shown = ", ".join(bad[:8]) + (f" and {len(bad) - 8} more" if len(bad) > 8 else "")
-        raise ValueError(f"the weights in {source} hold NaN or infinite values: {shown}")
-
-
-def _is_hub_id(name: str) -> bool:
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(name)
-    except HFValidationError:
-        return False
-    return True
-
-
-def hub_local_files_only(
-    name: str, local_files_only: bool = False, revision: str | None = None, cache_dir=None
-) -> bool:
-    """Check that ``name``, which is no local path, can be loaded as a Hugging Face Hub id; say whether to load it
-    from the local cache only (``local_files_only``).
-
-    Offline (``HF_HUB_OFFLINE=1``, or ``local_files_only``) the model must be in the cache. Online, the Hub is
-    probed once with a ``HUB_PROBE_TIMEOUT`` s request (through the same proxies as the downloads); if it cannot
-    be reached, a cached copy is used, else the error comes at once instead of after minutes of retries.
-
-    Raises:
-        OSError: ``name`` is no folder and not a Hub id; or it is not cached and cannot be downloaded.
-    """
-    from huggingface_hub import constants, try_to_load_from_cache
-
-    if not _is_hub_id(name):
-        raise OSError(f"no such folder {name} (and not a Hugging Face Hub id such as owner/name)")
-    try:
-        cached = isinstance(try_to_load_from_cache(name, "config.json", cache_dir=cache_dir, revision=revision), str)
-    except Exception:  # an unusual revision or cache layout: let the download decide
-        cached = False
-    if local_files_only or constants.is_offline_mode():
-        if not cached:
-            raise OSError(
-                f"no such folder {name}, and the Hub id {name} is not in the local Hugging Face cache (offline: "
-                "HF_HUB_OFFLINE or local_files_only is set)"
-            )
-        return True
-    from huggingface_hub.utils import get_session
-
-    try:
-        get_session().head(constants.ENDPOINT, timeout=HUB_PROBE_TIMEOUT)
-    except Exception as error:  # DNS, refused, timeout, proxy, TLS: any answer at all would do
-        if cached:
-            logger.warning(f"cannot reach {constants.ENDPOINT} ({error}): loading {name} from the local cache")
-            return True
-        raise OSError(
-            f"no such folder {name}, and the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached to download "
-            f"it as a Hub id ({type(error).__name__}: {error}). Check the path, or the network (HF_HUB_OFFLINE=1 "
-            "loads only from the local cache)"
-        ) from error
-    return False
-
-
-class _HeldRecords(std_logging.Filter):
-    """A logging filter that holds back the records whose message contains ``marker``, until [`release`]."""
-
-    def __init__(self, logger: std_logging.Logger, marker: str) -> None:
-        super().__init__()
-        self.logger, self.marker = logger, marker
-        self.records: list[std_logging.LogRecord] = []
-
-    def filter(self, record: std_logging.LogRecord) -> bool:
-        if self.marker in record.getMessage():
-            self.records.append(record)
-            return False
-        return True
-
-    def release(self) -> None:
-        """Log the held records now (once)."""
-        self.logger.removeFilter(self)
-        records, self.records = self.records, []
-        for record in records:
-            self.logger.handle(record)
-
-
-@contextlib.contextmanager
-def _held_load_report() -> Iterator[_HeldRecords]:
-    """Within the block, transformers' LOAD REPORT is held back; ``release()`` logs it, else it is dropped."""
-    held = _HeldRecords(logging.get_logger("transformers.modeling_utils"), "LOAD REPORT")
-    held.logger.addFilter(held)
-    try:
-        yield held
-    finally:
-        held.logger.removeFilter(held)
 
 
 class ElmoPreTrainedModel(PreTrainedModel):
@@ -949,143 +521,50 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
     _no_split_modules = ["ElmoBiLstmLayer", "ElmoCharacterEncoder"]
-    # Checkpoint keys (regular expressions, searched) that a load from another kind of ELMo folder rightly lacks
-    # or has in excess: when every missing and unexpected key is one of these, transformers' LOAD REPORT is not
-    # shown (issue 15 item 3); output_loading_info still lists them all. Not transformers'
-    # _keys_to_ignore_on_load_missing/_unexpected: those also drop the keys from output_loading_info, which callers
-    # read (train-lm refuses to evaluate a softmax missing from the checkpoint). The biLM's own weights (char_cnn.*,
-    # bilm.*) are never expected to differ: from_pretrained raises for them.
-    _expected_missing_on_load: tuple[str, ...] = ()
-    _expected_unexpected_on_load: tuple[str, ...] = ()
 
-    # Loading (issue #8): weights only from safetensors (never a pickle), and a checkpoint that does not fit the
-    # config is an error, not a silent random init of the parts that do not fit.
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
-        """As ``PreTrainedModel.from_pretrained``, with these checks.
+        """As ``PreTrainedModel.from_pretrained``, with these checks (``checks_elmo.py``) before and after it.
 
-        - Weights are read only from safetensors files: ``pytorch_model.bin`` (a pickle) is never
-          opened, ``use_safetensors=False`` is refused (``ValueError``), and a ``*.safetensors.index.json``
-          that names any file but a ``.safetensors`` file of its folder is refused (``OSError`` naming the
-          index and the file) before anything is read.
-        - A corrupt or truncated ``model.safetensors`` raises ``OSError`` naming the file.
+        - Weights are read only from safetensors files: ``use_safetensors=False`` is refused (``ValueError``), a
+          folder without safetensors weights (a ``pytorch_model.bin`` is a pickle, never opened) and a
+          ``*.safetensors.index.json`` that names any file but a ``.safetensors`` file of its folder are refused
+          (``OSError``) before anything is read. A corrupt or truncated ``model.safetensors`` raises ``OSError``.
         - Weights must be floating point and finite: tensors of integer, bool or complex dtype (read from the
-          files' headers) or with NaN or infinite values (one pass over the loaded weights, about as long as
-          copying them once) raise ``ValueError`` naming them.
-        - Biases and weights of the biLM (``char_cnn.*``, ``bilm.*``) whose shape differs from the
-          config's, or that the checkpoint lacks or has in excess (e.g. another ``n_layers``), raise
-          ``ValueError`` listing them, unless ``ignore_mismatched_sizes=True`` (then transformers
-          re-initialises the mismatched ones). New heads and extra scalar mixes may still be missing. This is a
-          deliberate departure from transformers, which would initialise a missing biLM with a warning: a
-          random biLM gives plausible-looking, meaningless vectors (the common test that expects it is skipped,
-          saying so). ``from_pretrained(None, config=..., state_dict=...)`` initialises what the given state
-          lacks, as transformers does.
-        - Clear errors for a wrong source (``OSError``): a folder without ``config.json`` (unless ``config`` is
-          given), a path that does not exist and is no Hub id, and a Hub id while the Hub cannot be reached and
-          the model is not cached (found out with one short request, not minutes of retries: see
-          [`hub_local_files_only`]).
+          files' headers) or with NaN or infinite values raise ``ValueError`` naming them.
+        - The biLM's weights (``char_cnn.*``, ``bilm.*``) must all come from the checkpoint: missing or in excess
+          (e.g. another ``n_layers``) they raise ``ValueError`` listing them (transformers would initialise a
+          missing biLM with a warning: a random biLM gives plausible-looking, meaningless vectors). Weights of the
+          wrong shape raise transformers' own error after its load report (``ignore_mismatched_sizes=True``
+          re-initialises them instead, as for any model). New heads are declared in each head's
+          ``_keys_to_ignore_on_load_missing``. ``from_pretrained(None, config=..., state_dict=...)`` initialises
+          what the given state lacks, as transformers does.
+        - A source that cannot be a model fails at once (``OSError``): a folder without ``config.json`` (unless
+          ``config`` is given), and a name that is no path and no ``owner/name`` Hub id, such as a released
+          model's short name (``configuration_elmo.check_model_name``). Hub ids are transformers' to download.
         """
-        if kwargs.get("use_safetensors") is False:
-            raise ValueError(
-                "ELMo models load only from safetensors (pickled weights can run code): use_safetensors=False "
-                "is not supported; convert the checkpoint with save_pretrained or convert_original_weights.py"
-            )
-        kwargs["use_safetensors"] = True
         name = pretrained_model_name_or_path
-        if (
-            isinstance(name, (str, os.PathLike))
-            and os.path.isfile(name)
-            and not os.fspath(name).endswith(".safetensors")
-        ):
-            raise ValueError(f"{os.fspath(name)} is not a .safetensors file: ELMo weights load only from safetensors")
-        if isinstance(name, (str, os.PathLike)) and os.path.isdir(name):
-            folder = os.path.join(name, kwargs["subfolder"]) if kwargs.get("subfolder") else os.fspath(name)
-            files = set(os.listdir(folder)) if os.path.isdir(folder) else set()
-            if kwargs.get("config") is None and "config.json" not in files:
-                raise OSError(
-                    f"{folder} is not a folder with config.json: an ELMo model folder (made by save_pretrained, "
-                    "`elmo convert` or `elmo train-lm`) holds config.json and model.safetensors"
-                )
-            if not any(f.endswith(".safetensors") or f.endswith(_SAFETENSORS_INDEX_SUFFIX) for f in files):
-                pickles = sorted(f for f in files if f.endswith((".bin", ".pt", ".pth", ".ckpt", ".pkl")))
-                found = f" (found {', '.join(pickles)}: pickled weights are never loaded)" if pickles else ""
-                raise OSError(f"no model.safetensors in {folder}{found}")
-            _check_safetensors_indexes(folder)
-        elif isinstance(name, (str, os.PathLike)) and not os.path.exists(name):
-            kwargs["local_files_only"] = hub_local_files_only(
-                os.fspath(name), kwargs.get("local_files_only", False), kwargs.get("revision"), kwargs.get("cache_dir")
-            )
-        # What the messages call the source: a path, or the state_dict given with no path.
-        source = os.fspath(name) if isinstance(name, (str, os.PathLike)) else "the given state_dict"
-        ignore_mismatched = kwargs.pop("ignore_mismatched_sizes", False)
+        check_source(name, kwargs)
         want_info = kwargs.pop("output_loading_info", False)
-        # transformers logs its load report during the load: held back, so that a checkpoint that does not fit
-        # gives one error (below), not a table of "Reinit due to size mismatch" and then the error.
-        with _held_load_report() as report:
-            try:
-                model, info = super().from_pretrained(
-                    name, *model_args, ignore_mismatched_sizes=True, output_loading_info=True, **kwargs
-                )
-            except Exception as error:
-                report.release()
-                if type(error).__name__ != "SafetensorError":
-                    raise
-                raise OSError(
-                    f"cannot read the safetensors weights of {source}: corrupt or truncated ({error})"
-                ) from error
-        prefix = cls.base_model_prefix + "."
-        core = ("char_cnn.", "bilm.")
-        problems = []
-        if not ignore_mismatched:
-            problems += [
-                f"{k}: checkpoint {tuple(a)}, config {tuple(b)}" for k, a, b in sorted(info["mismatched_keys"])
-            ]
-        # from_pretrained(None, config=..., state_dict=...): the caller chose the weights, missing ones are initialised
-        kinds = ("missing_keys", "unexpected_keys") if name is not None else ("unexpected_keys",)
-        for kind in kinds:
-            for key in sorted(info[kind]):
-                if key.removeprefix(prefix).startswith(core):
-                    problems.append(
-                        f"{key}: {'not in the checkpoint' if kind == 'missing_keys' else 'not in the model'}"
-                    )
-        if problems:
+        source = os.fspath(name) if isinstance(name, (str, os.PathLike)) else "the given state_dict"
+        try:
+            model, info = super().from_pretrained(name, *model_args, output_loading_info=True, **kwargs)
+        except RuntimeError as error:
+            if "ignore_mismatched_sizes" not in str(error):
+                raise
+            problems = mismatched_shapes(cls, name, kwargs) if isinstance(name, (str, os.PathLike)) else []
             shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
             raise ValueError(
-                f"the weights in {source} do not fit the config (wrong sizes or layer counts in config.json "
-                f"or in from_pretrained arguments?): {shown}"
-            )
-        if not cls._only_expected_differences(info, ignore_mismatched):
-            report.release()  # something else differs: transformers' table is worth a look
-        _check_finite(model, source)
+                f"the weights in {source} do not fit the config (wrong sizes in config.json or in from_pretrained "
+                f"arguments?): {shown or 'see the load report above'}"
+            ) from error
+        except Exception as error:
+            if type(error).__name__ != "SafetensorError":
+                raise
+            raise OSError(f"cannot read the safetensors weights of {source}: corrupt or truncated ({error})") from error
+        check_loaded(model, info, name, kwargs)
         model._after_loading()
         return (model, info) if want_info else model
-
-    @classmethod
-    def _only_expected_differences(cls, info: dict, ignore_mismatched: bool) -> bool:
-        """Whether every key that a load found missing or unexpected is one this class expects to differ (and,
-        with ``ignore_mismatched_sizes=True``, none was re-initialised for its size)."""
-        if ignore_mismatched and info["mismatched_keys"]:
-            return False
-        for kind, patterns in (
-            ("missing_keys", cls._expected_missing_on_load),
-            ("unexpected_keys", cls._expected_unexpected_on_load),
-        ):
-            if any(not any(re.search(p, key) for p in patterns) for key in info[kind]):
-                return False
-        return True
-
-    @staticmethod
-    def _load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs):
-        # The one place that sees the resolved weight files, local or downloaded from the Hub, before they are
-        # read: refuse anything but safetensors, and non-floating tensors (from the headers only).
-        floating = _floating_names(model)
-        if checkpoint_files:
-            _check_checkpoint_dtypes(checkpoint_files, floating)
-        if state_dict:
-            bad = sorted(k for k, v in state_dict.items() if k in floating and not _floating_or_not_a_tensor(v))
-            if bad:
-                raise ValueError(f"state_dict holds weights of a non-floating dtype: {', '.join(bad[:8])}")
-        return PreTrainedModel._load_pretrained_model(model, state_dict, checkpoint_files, load_config, *args, **kwargs)
 
     def _after_loading(self) -> None:
         """The one post-load hook of all ELMo models, run by [`from_pretrained`] once the weights are in.
@@ -1102,34 +581,29 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """Replace the character embedding of the biLM's character encoder (see [`ElmoModel.set_input_embeddings`])."""
         self.base_model.set_input_embeddings(value)
 
-    def save_pretrained(
-        self,
-        save_directory: str | os.PathLike,
-        is_main_process: bool = True,
-        state_dict: dict | None = None,
-        push_to_hub: bool = False,
-        **kwargs,
-    ) -> None:
-        """As ``PreTrainedModel.save_pretrained``, then make ``save_directory`` Hub-ready.
-
-        Copies the shipped code files next to the weights, completes ``auto_map`` (and ``custom_pipelines`` for a
-        token classifier) and writes ``config.json`` again with them, and writes a model card ``README.md`` unless
-        the folder has a README that is not a generated card (``hub_elmo.prepare_hub_folder``). With
-        ``push_to_hub=True`` the complete folder is uploaded (through ``push_to_hub``, with ``repo_id``,
-        ``commit_message``, ``private``, ``create_pr`` and ``token`` from ``kwargs``).
-        """
-        from .hub_elmo import prepare_hub_folder
-
-        hub = {key: kwargs.pop(key) for key in ("repo_id", "commit_message", "private", "create_pr") if key in kwargs}
-        super().save_pretrained(save_directory, is_main_process=is_main_process, state_dict=state_dict, **kwargs)
-        if not self.should_save_on_this_rank(is_main_process) or os.path.isfile(save_directory):
-            return
-        prepare_hub_folder(self.config, save_directory)
-        self.config.save_pretrained(save_directory)  # again, with the auto_map and pipeline entries
-        _follow_umask(Path(save_directory).glob("*.safetensors*"))
-        if push_to_hub:
-            repo_id = hub.pop("repo_id", os.path.basename(os.path.normpath(os.fspath(save_directory))))
-            self.push_to_hub(repo_id, token=kwargs.get("token"), **hub)
+    def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
+        """As ``PreTrainedModel.save_pretrained``; the weight files then get the mode of a new file under the user's
+        umask (transformers writes them 0600, readable by their owner alone). A plain folder: config and weights,
+        with code files and ``auto_map`` only when remote code was asked for (``register_for_auto_class``, see
+        ``modeling_elmo.utils.hub``). A config read from a remote-code folder keeps that folder's ``auto_map``: it
+        is left out of a plain save, whose folder holds no code for it to name."""
+        int8 = [name for name, module in self.named_modules() if getattr(module, "holds_int8_weights", False)]
+        if int8:  # refused before anything is written: int8 weights are packed outside the state dict
+            raise ValueError(
+                f"this model is quantized to int8 ({int8[0]} and {len(int8) - 1} more), which save_pretrained "
+                "cannot store: save the float32 model, and quantize again after loading it"
+            )
+        stale = None
+        if self._auto_class is None and getattr(self.config, "auto_map", None):
+            stale = self.config.auto_map
+            del self.config.auto_map
+        try:
+            super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            if stale is not None:
+                self.config.auto_map = stale
+        if os.path.isdir(save_directory):
+            follow_umask(Path(save_directory).glob("*.safetensors*"))
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -1224,11 +698,11 @@ class ElmoModel(ElmoPreTrainedModel):
     requires grad (a frozen biLM): ``requires_grad`` alone decides what trains.
     """
 
-    # What a load from another kind of ELMo folder rightly lacks or has in excess (see ElmoPreTrainedModel): the
-    # scalar mixes, a task's weights that start equal (an LM folder has none; num_output_representations may
-    # differ), and the LM softmax of a folder written by `elmo train-lm`.
-    _expected_missing_on_load = (r"(^|\.)scalar_mixes\.",)
-    _expected_unexpected_on_load = (r"(^|\.)scalar_mixes\.", r"^softmax\.")
+    # What a load from another kind of ELMo folder rightly lacks or has in excess: the scalar mixes, a task's weights
+    # that start equal (an LM folder has none; num_output_representations may differ), and the LM softmax of a
+    # folder written by `elmo train-lm`.
+    _keys_to_ignore_on_load_missing = [r"(^|\.)scalar_mixes\."]
+    _keys_to_ignore_on_load_unexpected = [r"(^|\.)scalar_mixes\.", r"^softmax\."]
 
     def __init__(
         self, config: ElmoConfig, num_output_representations: int | None = None, pretraining_init: bool = False
@@ -1246,15 +720,16 @@ class ElmoModel(ElmoPreTrainedModel):
         )
         # Stateful mode: the state carried between calls (see ElmoLstmState); empty means zeros.
         self.lstm_state = ElmoLstmState()
-        self._token_cache: dict[bytes, int] | None = None  # character row -> row of _token_cache_vectors
-        self._token_cache_vectors: torch.Tensor | None = None
-        self._token_cache_weights: list[torch.Tensor] = []  # the encoder's weights the cache was built with
+        # Layer 0 of known words, looked up instead of computed (``modeling_elmo.utils.token_cache``); None: none.
+        self.token_cache = None
         # (2, C): the character ids of <S> and </S>, which forward puts around every sentence.
         self.register_buffer("boundary_ids", self._make_boundary_ids(config), persistent=False)
         self.post_init()
 
     @staticmethod
     def _make_boundary_ids(config: ElmoConfig) -> torch.Tensor:
+        if config.char_vocabulary == "manylangs":
+            return torch.tensor(boundary_rows(config))
         chars = config.max_characters_per_token
         return torch.tensor([begin_of_sentence_ids(chars), end_of_sentence_ids(chars)])
 
@@ -1273,7 +748,7 @@ class ElmoModel(ElmoPreTrainedModel):
         """Replace the character embedding (``(..., C)`` ids to ``(..., C, char_embedding_dim)``); the token cache,
         built with the old one, is dropped."""
         self.char_cnn.char_embedding = value
-        self.clear_token_cache()
+        self.token_cache = None
 
     def reset_states(self) -> None:
         """Forget the LSTM states carried between calls in stateful mode (``self.lstm_state``)."""
@@ -1285,109 +760,29 @@ class ElmoModel(ElmoPreTrainedModel):
         autograd)."""
         return any(p.requires_grad for module in (self.char_cnn, self.bilm) for p in module.parameters())
 
+    @property
+    def needs_vocab_ids(self) -> bool:
+        """Whether ``forward`` needs ``vocab_ids`` (a model with a word input: ELMoForManyLangs')."""
+        return self.config.word_vocab_size > 0
+
     def word_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """The ``(B, W)`` bool word mask ``forward`` uses, after checking ``input_ids`` ``(B, W, C)`` and
         ``attention_mask`` ``(B, W)`` (``ValueError`` naming the problem). Default: the non-zero character rows."""
         return self._word_mask(input_ids, attention_mask)
 
     def embed_words(self, char_ids: torch.Tensor) -> torch.Tensor:
-        """Layer 0 (without the ``[x; x]`` doubling) of words given as character ids ``(N, C)``: ``(N, P)``.
+        """Layer 0 (without the ``[x; x]`` doubling) of words given as character ids ``(N, C)``: ``(N, P)``
+        (``(N, C + 1)`` with the word ids last for a model with a word input).
 
-        Each distinct word is encoded once; words in the token cache (see [`build_token_cache`]) are
-        looked up instead, unless the character encoder is being trained. A cache built for other weights
-        than the character encoder's current ones is dropped first (see [`build_token_cache`]).
+        Each distinct word is encoded once. With a token cache (``self.token_cache``, see
+        ``modeling_elmo.utils.token_cache.build_token_cache``), the cached words are looked up instead, unless the
+        character encoder is being trained; the cache itself drops out once it no longer fits the encoder.
         """
         unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)
-        if self._token_cache is not None and not self._token_cache_is_current():
-            logger.warning(
-                "the token cache was built for other character-encoder weights (they changed, or the model moved "
-                "to another device or dtype): dropped it; call build_token_cache again to use one"
-            )
-            self.clear_token_cache()
-        cache = self._token_cache
         trainable = torch.is_grad_enabled() and any(p.requires_grad for p in self.char_cnn.parameters())
-        if cache is None or trainable or unique.shape[0] == 0:
-            return self.char_cnn(unique)[inverse]
-        keys = unique.to(torch.int16).cpu().numpy()
-        slots = torch.tensor([cache.get(row.tobytes(), -1) for row in keys], device=unique.device)
-        cached = self._token_cache_vectors.to(device=unique.device, dtype=self.dtype)
-        vectors = cached.index_select(0, slots.clamp(min=0))
-        missing = slots.lt(0).nonzero().squeeze(1)
-        if missing.numel():
-            vectors[missing] = self.char_cnn(unique.index_select(0, missing))
-        return vectors[inverse]
-
-    def _token_cache_is_current(self) -> bool:
-        """Whether the character encoder's weights are still those the token cache was built with.
-
-        Compares the weights themselves with the copy taken by [`build_token_cache`] (dtype, device, shape and
-        every value), so any change counts: an optimizer step (fused kernels too, which autograd's version
-        counters do not see), ``load_state_dict``, in-place edits (also through ``.data``), ``.to()``. The cost is
-        one read of the encoder's weights per call (18M values for the original model: ~30 ms on one CPU
-        thread, a few % of what the cache saves on a batch of 640 words).
-        """
-        saved = self._token_cache_weights
-        params = list(self.char_cnn.parameters())
-        return len(saved) == len(params) and all(
-            old.dtype == new.dtype and old.device == new.device and old.shape == new.shape and torch.equal(old, new)
-            for old, new in zip(saved, params, strict=True)
-        )
-
-    @torch.no_grad()
-    def build_token_cache(
-        self, words: Iterable[str] | torch.Tensor, batch_size: int = 2048, progress: bool = True
-    ) -> int:
-        """Precompute layer 0 for a vocabulary, as the original's cached-vocabulary mode does.
-
-        Later calls look these words up instead of running the character CNN on them; other words
-        still go through the CNN, so outputs do not change. The cache is not saved with the model;
-        it is ignored while the character encoder is being trained, and dropped (with a warning) at the
-        next call once the encoder's weights differ from those it was built with: after an optimizer
-        step, ``load_state_dict``, any in-place edit, or moving the model to another device or dtype
-        (build it after ``.to()``). It keeps a copy of the encoder's weights for that check. A new
-        cache replaces the old one.
-
-        Args:
-            words: e.g. ``tokenizer.get_vocab()`` or the lines of a bilm-tf vocabulary file; or the words'
-                character ids ``(N, C)`` as the tokenizer gives them (rows may repeat).
-            batch_size: words per character-CNN call.
-            progress: show a progress bar.
-
-        Returns:
-            The number of distinct words cached.
-
-        Raises:
-            ValueError: character ids that are not ``(N, C)`` with ``C = config.max_characters_per_token``.
-        """
-        chars = self.config.max_characters_per_token
-        if isinstance(words, torch.Tensor):
-            if words.dim() != 2 or words.shape[1] != chars:
-                raise ValueError(f"character ids must be (words, {chars}), got shape {tuple(words.shape)}")
-            _check_character_ids(words)
-            table = words.to(device="cpu", dtype=torch.int16)
-        else:
-            table = torch.tensor([word_to_char_ids(w, chars) for w in words], dtype=torch.int16).view(-1, chars)
-        table = torch.unique(table, dim=0)  # distinct rows (two long words may share their first C - 2 bytes)
-        vectors = []
-        bar_off = not progress or not logging.is_progress_bar_enabled()  # transformers' switch too
-        for start in tqdm(range(0, len(table), batch_size), desc="Caching word vectors", disable=bar_off):
-            vectors.append(self.char_cnn(table[start : start + batch_size].long().to(self.device)))
-        self.clear_token_cache()
-        if vectors:
-            self._token_cache = {row.numpy().tobytes(): index for index, row in enumerate(table)}
-            self._token_cache_vectors = torch.cat(vectors)
-            self._token_cache_weights = [p.detach().clone() for p in self.char_cnn.parameters()]
-        return len(table)
-
-    @property
-    def token_cache_size(self) -> int:
-        """The number of words in the token cache of [`build_token_cache`] (0: there is none)."""
-        return len(self._token_cache) if self._token_cache is not None else 0
-
-    def clear_token_cache(self) -> None:
-        """Drop the cache of [`build_token_cache`]."""
-        self._token_cache = self._token_cache_vectors = None
-        self._token_cache_weights = []
+        if self.token_cache is not None and not trainable and unique.shape[0]:
+            return self.token_cache.embed(self, unique)[inverse]
+        return self.char_cnn(unique)[inverse]
 
     def mix_l2_penalty(self) -> torch.Tensor:
         """``scalar_mix_l2_coef * sum ||w||^2`` over the mixes, for a head to add to its loss."""
@@ -1404,6 +799,7 @@ class ElmoModel(ElmoPreTrainedModel):
         return_lstm_state: bool | None = None,
         token_layer_only: bool = False,
         backward_input_ids: torch.LongTensor | None = None,
+        vocab_ids: torch.LongTensor | None = None,
     ) -> ElmoModelOutput:
         r"""
         Args:
@@ -1422,6 +818,8 @@ class ElmoModel(ElmoPreTrainedModel):
                 of the forward direction's and of the backward direction's own token streams, each read left
                 to right; ``hidden_states[k]`` is then ``[forward_h; backward_h]`` position by position of
                 their own streams (``[0]``: ``[x_forward; x_backward]``), and there are no mixes.
+            vocab_ids: ``(B, W)`` word ids from the tokenizer (any value at padding), for a model with a word
+                input (ELMoForManyLangs, ``needs_vocab_ids``); ignored otherwise.
 
         Returns:
             [`ElmoModelOutput`]; with ``return_dict=False`` a tuple of its non-``None`` fields.
@@ -1435,6 +833,8 @@ class ElmoModel(ElmoPreTrainedModel):
         if return_lstm_state and state is None:
             state = ElmoLstmState()
         if backward_input_ids is not None:
+            if self.needs_vocab_ids:
+                raise ValueError("stream mode (backward_input_ids) does not take a model with a word input")
             mask = self._stream_mask(input_ids, backward_input_ids)
         else:
             mask = self._word_mask(input_ids, attention_mask)
@@ -1442,6 +842,8 @@ class ElmoModel(ElmoPreTrainedModel):
                 # Whatever ids sit at padded positions (a pipeline pads with the tokenizer's pad id), the model
                 # reads the empty word there (all zeros), so outputs equal those of the unpadded batch.
                 input_ids = input_ids.masked_fill(~mask.unsqueeze(-1), 0)
+            if self.needs_vocab_ids:  # ELMoForManyLangs: the word id becomes a last column of each word's row
+                input_ids = append_word_ids(input_ids, vocab_ids, mask, self.config.word_vocab_size)
         # A frozen biLM (no parameter requires grad) needs no autograd graph; the mixes above it may train.
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.bilm_requires_grad):
             if backward_input_ids is not None:
@@ -1529,7 +931,7 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def _word_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The validated word mask ``(B, W)`` bool of a batch: see [`check_inputs`]."""
-        return check_inputs(input_ids, attention_mask, self.config.max_characters_per_token)
+        return check_inputs(input_ids, attention_mask, self.config.max_characters_per_token, self.config.n_characters)
 
     def _add_boundaries(self, input_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(R, W, C)`` words -> ``(R, W + 2, C)`` with ``<S>`` first and ``</S>`` after the last word."""
@@ -1542,122 +944,15 @@ class ElmoModel(ElmoPreTrainedModel):
         ids[torch.arange(rows, device=ids.device), lengths + 1] = eos
         return ids, lengths + 2
 
-    # -----------------------------------------------------------------------------------------
-    # Sentence embeddings and named layers, as TF-Hub's ELMo module (issue #5)
-    # -----------------------------------------------------------------------------------------
-
-    @torch.no_grad()
-    def tf_hub_outputs(
-        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None
-    ) -> dict[str, torch.Tensor]:
-        """The outputs of TF-Hub's ELMo module, by the names it uses, for one tokenized batch.
-
-        An inference helper, as the TF-Hub module with ``trainable=False``: it runs without gradients (no tensor
-        requires grad); the model's mode (``eval()`` / ``train()``, i.e. dropout) is the caller's. To train through
-        ELMo, call the model itself (``model(**batch).elmo``). [`embed_sentences`] does the same from text, batch by
-        batch, and returns one of these outputs.
-
-        Args:
-            input_ids: ``(B, W, C)`` character ids from [`ElmoTokenizer`].
-            attention_mask: ``(B, W)``, 1 for words (right padding); default: the non-empty character rows.
-
-        Returns:
-            A dict of tensors, zero at padded words:
-
-            - ``word_emb``: ``(B, W, P)``, layer 0, the character-based word vectors (not doubled).
-            - ``lstm_outputs1``, ``lstm_outputs2`` (one per LSTM layer, ``lstm_outputs{k}``): ``(B, W, 2P)``,
-              ``[forward_h; backward_h]`` of layer ``k``.
-            - ``elmo``: ``(B, W, 2P)``, the first scalar mix (the learned weighted sum of the layers, as TF-Hub's
-              trainable ``elmo``); a model without mixes (``num_output_representations=0``) uses equal weights.
-            - ``default``: ``(B, 2P)``, the mean of ``elmo`` over each sentence's words (an empty sentence gets
-              zeros): TF-Hub's fixed mean-pooled sentence vector.
-            - ``sequence_len``: ``(B,)`` words per sentence.
-        """
-        out = self(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
-        mask, layers = out.mask.bool(), out.hidden_states
-        elmo = out.elmo if out.elmo is not None else torch.stack(layers).mean(dim=0)
-        lengths = mask.sum(dim=1)
-        outputs = {"word_emb": layers[0][..., : self.config.projection_dim]}
-        outputs.update({f"lstm_outputs{k}": layer for k, layer in enumerate(layers[1:], start=1)})
-        outputs["elmo"] = elmo
-        # Masked mean: padded positions are exactly zero, so a sum over words divided by the count.
-        outputs["default"] = elmo.sum(dim=1) / lengths.clamp(min=1).unsqueeze(-1).to(elmo.dtype)
-        outputs["sequence_len"] = lengths
-        return outputs
-
-    def embed_sentences(
-        self,
-        sentences: Sequence[str] | Sequence[Sequence[str]],
-        tokenizer=None,
-        output: str = "default",
-        batch_size: int = 32,
-        is_split_into_words: bool | None = None,
-    ) -> torch.Tensor | list[torch.Tensor]:
-        """Embed sentences (raw text, or lists of words): one output of [`tf_hub_outputs`], in eval mode and without
-        gradients, tokenized and batched here.
-
-        Unlike [`tf_hub_outputs`], which returns a dict of every output for one tokenized batch, this returns the
-        one output asked for, without padding: a tensor of sentence vectors for ``"default"``, else one tensor per
-        sentence.
-
-        Args:
-            sentences: strings (split into words by the tokenizer) or lists of words.
-            tokenizer: an [`ElmoTokenizer`] (e.g. ``ElmoTokenizer.from_pretrained(path)``; any one works: character
-                ids do not depend on a vocabulary). Required: the model code does not import the tokenizer.
-            output: a key of [`tf_hub_outputs`]: ``"default"`` (sentence vectors), ``"word_emb"``,
-                ``"lstm_outputs1"``, ``"lstm_outputs2"``, ``"elmo"``.
-            batch_size: sentences per forward pass.
-            is_split_into_words: default: True when the first sentence is a list of words.
-
-        Returns:
-            ``output="default"``: a ``(N, 2P)`` tensor. Otherwise a list of ``N`` tensors ``(words_i, width)``.
-        """
-        valid = ("default", "word_emb", "elmo") + tuple(f"lstm_outputs{k}" for k in range(1, self.config.n_layers + 1))
-        if output not in valid:
-            raise ValueError(f"output must be one of {valid}, got {output!r}")
-        if isinstance(sentences, str):
-            raise TypeError("embed_sentences takes a list of sentences; wrap a single sentence in a list")
-        sentences = list(sentences)
-        if tokenizer is None:
-            raise TypeError(
-                "embed_sentences needs the tokenizer: model.embed_sentences(sentences, tokenizer=ElmoTokenizer()) "
-                "or ElmoTokenizer.from_pretrained(path)"
-            )
-        if is_split_into_words is None:
-            is_split_into_words = bool(sentences) and not isinstance(sentences[0], str)
-        was_training = self.training
-        self.eval()
-        results: list[torch.Tensor] = []
-        try:
-            with torch.no_grad():
-                for start in range(0, len(sentences), batch_size):
-                    chunk = sentences[start : start + batch_size]
-                    batch = tokenizer(chunk, is_split_into_words=is_split_into_words, padding=True, return_tensors="pt")
-                    ids = batch["input_ids"].to(self.device)
-                    if ids.dim() != 3:  # a chunk of empty sentences pads to (n, 0)
-                        ids = ids.reshape(len(chunk), -1, self.config.max_characters_per_token)
-                    mask = batch["attention_mask"].to(self.device).reshape(ids.shape[:2])
-                    out = self.tf_hub_outputs(ids, mask)[output]
-                    if output == "default":
-                        results.append(out)
-                    else:
-                        results.extend(row[:n] for row, n in zip(out, mask.sum(dim=1).tolist(), strict=True))
-        finally:
-            self.train(was_training)
-        if output == "default":
-            width = 2 * self.config.projection_dim
-            return torch.cat(results) if results else torch.zeros(0, width, dtype=self.dtype, device=self.device)
-        return results
-
 
 __all__ = [
     "ElmoBiLm",
     "ElmoBiLstmLayer",
     "ElmoCharacterEncoder",
+    "ElmoLstmState",
     "ElmoModel",
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
     "ElmoScalarMix",
-    "ElmoLstmState",
     "init_pretraining_scales",
 ]

@@ -127,6 +127,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
+        vocab_ids: torch.LongTensor | None = None,
     ) -> SequenceClassifierOutput:
         r"""
         Args:
@@ -136,15 +137,23 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
                 targets (multi-label), or ``(B,)`` / ``(B, K)`` numbers (regression).
             output_hidden_states: return the biLM's ``L + 1`` layers as ``hidden_states`` (default
                 ``config.output_hidden_states``).
+            vocab_ids: ``(B, W)`` word ids, for a biLM with a word input (ELMoForManyLangs; its tokenizer returns
+                them); ignored otherwise.
 
         Returns:
             [`SequenceClassifierOutput`] with ``loss`` (with ``labels``) and ``logits`` ``(B, K)``.
         """
+        if labels is not None and not isinstance(labels, torch.Tensor):  # before the biLM runs, as the heads do
+            raise TypeError(f"labels must be a torch.Tensor (e.g. torch.tensor(labels)), got {type(labels).__name__}")
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
         # Down into the biLM once: the word mask and the mix come back.
         base = self.elmo(
-            input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states, return_dict=True
+            input_ids,
+            attention_mask=attention_mask,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            vocab_ids=vocab_ids,
         )
         mask = base.mask.bool()  # (B, W)
         mix = base.elmo.to(self.classifier.weight.dtype)  # (B, W, 2P) in the head's dtype (the biLM's may differ)
@@ -192,6 +201,12 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
                 raise ValueError(
                     f"multi-label classification labels must be ({batch}, {k}) targets in [0, 1], got "
                     f"{tuple(labels.shape)}"
+                )
+            # BCE of a target outside [0, 1] (or NaN) is still a number, but no probability: refused, not trained on.
+            outside = ~((labels >= 0) & (labels <= 1))
+            if bool(outside.any()):
+                raise ValueError(
+                    f"multi-label classification targets must be in [0, 1], got {labels[outside][:5].tolist()}"
                 )
             return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
         raise ValueError(f"problem_type must be one of {', '.join(PROBLEM_TYPES)} or None, got {problem!r}")

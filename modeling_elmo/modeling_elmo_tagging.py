@@ -7,7 +7,8 @@ The recipe, per word ``k`` of a sentence::
     h_k       = task BiLSTM([x_k; ELMo_k])                       (tagger_elmo_input)
     h_k       = [h_k; ELMo'_k], a second mix                     (tagger_elmo_output, optional)
     emissions = Linear(dropout(h_k))                              (B, W, K)
-    decoding  = CRF (Viterbi, BIO constraints) or a per-word softmax (argmax)
+    logits    = the CRF's max-marginals of the emissions (the best path's score through each tag), or the emissions
+    decoding  = CRF (Viterbi, BIO constraints) or a per-word softmax: in both, the per-word argmax of ``logits``
     loss      = CRF NLL or cross-entropy  +  scalar_mix_l2_coef * sum ||w||^2 of the mixes
 
 The head calls its [`ElmoModel`] (``self.elmo``) once per forward pass and reads its outputs (the word
@@ -26,6 +27,8 @@ K = num_labels, H = tagger_hidden_size.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -39,6 +42,19 @@ from .crf import ConditionalRandomField, bio_allowed_transitions
 from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
 
 IGNORE_INDEX = -100
+
+
+@dataclass
+class ElmoTokenClassifierOutput(TokenClassifierOutput):
+    """[`TokenClassifierOutput`] plus ``emissions`` ``(B, W, K)``, the classifier's per-word scores.
+
+    With a CRF, ``logits`` are the CRF's max-marginals: for each word and tag, the score of the best tag sequence
+    through that tag (``ConditionalRandomField.max_marginals``). Their per-word argmax is the Viterbi path, so every
+    consumer that takes an argmax (transformers' token-classification pipeline, ``Trainer`` metrics, an exported
+    graph) decodes as [`ElmoForTokenClassification.predict`]. Without a CRF ``logits`` are the emissions.
+    """
+
+    emissions: torch.FloatTensor | None = None
 
 
 def _label_names(config: ElmoConfig) -> list[str]:
@@ -115,10 +131,10 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
     ``model.freeze_bilm(False)``) trains the whole biLM too; gradient checkpointing of its layers then works.
     """
 
-    # A biLM folder (converted, or written by `elmo train-lm`) has no head, and maybe other scalar mixes or an LM
-    # softmax (see ElmoPreTrainedModel).
-    _expected_missing_on_load = (r"^(word_embeddings|encoder|classifier|crf)\.", r"(^|\.)scalar_mixes\.")
-    _expected_unexpected_on_load = (r"(^|\.)scalar_mixes\.", r"^softmax\.")
+    # A tagger built from a biLM folder (converted, or written by `elmo train-lm`): the head and the scalar mixes are
+    # new (expected missing), and the folder may hold other scalar mixes or an LM softmax (expected in excess).
+    _keys_to_ignore_on_load_missing = [r"^(word_embeddings|encoder|classifier|crf)\.", r"(^|\.)scalar_mixes\."]
+    _keys_to_ignore_on_load_unexpected = [r"(^|\.)scalar_mixes\.", r"^softmax\."]
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -203,8 +219,9 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
 
     @property
     def needs_vocab_ids(self) -> bool:
-        """Whether ``forward`` needs ``vocab_ids`` (``tokenizer(..., return_vocab_ids=True)``)."""
-        return self.config.tagger_word_input == "embedding"
+        """Whether ``forward`` needs ``vocab_ids`` (``tokenizer(..., return_vocab_ids=True)``): for the tagger's word
+        embedding, or for a biLM with a word input (ELMoForManyLangs)."""
+        return self.config.tagger_word_input == "embedding" or self.elmo.needs_vocab_ids
 
     @can_return_tuple
     def forward(
@@ -214,7 +231,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         vocab_ids: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
-    ) -> TokenClassifierOutput:
+    ) -> ElmoTokenClassifierOutput:
         r"""
         Args:
             input_ids: ``(B, W, C)`` character ids from [`ElmoTokenizer`] (rows of zeros for padding).
@@ -229,10 +246,13 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
                 no mix; ``None`` for a tagger that does not use the biLM.
 
         Returns:
-            [`TokenClassifierOutput`] with ``loss`` (with ``labels``; CRF negative log-likelihood per
-            sentence or mean cross-entropy per word, plus the mixes' L2 penalty) and ``logits``
-            ``(B, W, K)`` (the CRF's emission scores with ``use_crf``; use [`decode`] for tags).
+            [`ElmoTokenClassifierOutput`] with ``loss`` (with ``labels``; CRF negative log-likelihood per
+            sentence or mean cross-entropy per word, plus the mixes' L2 penalty), ``logits`` ``(B, W, K)`` (with
+            ``use_crf`` the CRF's max-marginals, 0 at padding: their argmax per word is the Viterbi tag) and
+            ``emissions`` ``(B, W, K)`` (the classifier's scores, which the CRF reads; [`decode`] takes them).
         """
+        if labels is not None and not isinstance(labels, torch.Tensor):  # before the biLM runs, as the heads do
+            raise TypeError(f"labels must be a torch.Tensor (e.g. torch.tensor(labels)), got {type(labels).__name__}")
         config = self.config
         if output_hidden_states is None:
             output_hidden_states = config.output_hidden_states
@@ -246,6 +266,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
                 output_hidden_states=True,
                 token_layer_only=self.num_elmo_mixes == 0,
                 return_dict=True,
+                vocab_ids=vocab_ids,
             )
             # In the head's dtype: the biLM may run in bfloat16 (or int8) under a float32 head.
             dtype = self.classifier.weight.dtype
@@ -268,14 +289,15 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             hidden = self.encoder(hidden, mask.sum(dim=1))  # (B, W, 2H)
             if config.tagger_elmo_output:
                 hidden = torch.cat([hidden, mixes[-1]], dim=-1)
-        logits = self.classifier(self.dropout(hidden))  # (B, W, K)
+        emissions = self.classifier(self.dropout(hidden))  # (B, W, K)
 
         loss = None
         if labels is not None:
-            loss = self._tagging_loss(logits, labels, mask)
+            loss = self._tagging_loss(emissions, labels, mask)
             if mixes:
                 loss = loss + self.elmo.mix_l2_penalty()
-        return TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+        logits = emissions if self.crf is None else self.crf.max_marginals(emissions, mask).to(emissions.dtype)
+        return ElmoTokenClassifierOutput(loss=loss, logits=logits, emissions=emissions, hidden_states=hidden_states)
 
     def _check_vocab_ids(self, vocab_ids: torch.Tensor | None, mask: torch.Tensor) -> torch.Tensor:
         if vocab_ids is None:
@@ -319,22 +341,22 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         return self.crf(logits, labels, labelled, reduction="mean")
 
     @torch.no_grad()
-    def decode(self, logits: torch.Tensor, mask: torch.Tensor | None = None) -> list[list[int]]:
+    def decode(self, emissions: torch.Tensor, mask: torch.Tensor | None = None) -> list[list[int]]:
         """Best tag ids per sentence: Viterbi with the CRF (constraints respected), argmax without.
 
         Args:
-            logits: ``(B, W, K)`` from ``forward``.
+            emissions: ``(B, W, K)``, ``forward``'s ``emissions``.
             mask: ``(B, W)`` words (right-padded); default: all positions.
 
         Returns:
             ``B`` lists of ``mask[b].sum()`` tag ids.
         """
         if mask is None:
-            mask = torch.ones(logits.shape[:2], dtype=torch.bool, device=logits.device)
+            mask = torch.ones(emissions.shape[:2], dtype=torch.bool, device=emissions.device)
         mask = mask.bool()
         if self.crf is not None:
-            return self.crf.viterbi_decode(logits, mask)
-        best = logits.argmax(dim=-1).tolist()
+            return self.crf.viterbi_decode(emissions, mask)
+        best = emissions.argmax(dim=-1).tolist()
         return [row[:n] for row, n in zip(best, mask.sum(dim=1).tolist(), strict=True)]
 
     @torch.no_grad()
@@ -352,11 +374,11 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         was_training = self.training
         self.eval()
         try:
-            logits = self(input_ids=input_ids, attention_mask=attention_mask, vocab_ids=vocab_ids).logits
+            emissions = self(input_ids=input_ids, attention_mask=attention_mask, vocab_ids=vocab_ids).emissions
         finally:
             self.train(was_training)
         mask = self.elmo.word_mask(input_ids, attention_mask)
-        return [[self.config.id2label[t] for t in row] for row in self.decode(logits, mask)]
+        return [[self.config.id2label[t] for t in row] for row in self.decode(emissions, mask)]
 
 
-__all__ = ["ElmoForTokenClassification", "ElmoTagEncoder", "crf_transitions_for"]
+__all__ = ["ElmoForTokenClassification", "ElmoTagEncoder", "ElmoTokenClassifierOutput", "crf_transitions_for"]

@@ -1,33 +1,21 @@
-"""Pipelines for ELMo: entity spans from a tagger (CRF-aware), and one vector per word.
+"""Pipelines for ELMo: transformers' token-classification pipeline generalised to word-level character ids, and
+a feature-extraction pipeline without padding vectors.
 
-[`ElmoTokenClassificationPipeline`] is the token-classification pipeline for ELMo taggers. The built-in one cannot
-serve them: it reads one vocabulary id per token (``int(input_ids[idx])``), where ELMo's ``input_ids`` hold 50
-character ids per word, and it takes each word's tag as the argmax of a softmax over the ``logits``, which for a CRF
-tagger are emission scores (the transitions are ignored: tags that differ from ``tagger.predict`` and break the BIO
-rules). This class takes each word from the tokenizer's offsets (every token is a whole word, never a sub-word) and
-decodes as the model does:
+[`ElmoTokenClassificationPipeline`] is transformers' ``TokenClassificationPipeline`` with one generalisation: a
+token's ``input_ids`` may be a row of character ids (ELMo's ``(words, 50)`` per sentence) instead of one vocabulary
+id. The stock class reads ``int(input_ids[idx])``, which such a row cannot give; this class then takes the word
+from the tokenizer's offsets (every ELMo token is a whole word). For 1-D ids (every other model) it runs the stock
+code unchanged. ``import modeling_elmo`` registers it for the stock ``"token-classification"`` task with
+``PIPELINE_REGISTRY.register_pipeline`` (transformers logs one line saying that the task's class is replaced).
 
-- a CRF tagger: the Viterbi path (with the CRF's constraints), the same tags as ``predict``; a word's ``score`` is
-  the marginal probability of its tag (forward-backward over all tag paths, ``ConditionalRandomField.marginals``);
-- a softmax tagger: the argmax of the softmax, scored by its probability (as the built-in pipeline).
+Decoding needs nothing of its own: a CRF tagger's ``logits`` are the CRF's max-marginals (see
+``ElmoForTokenClassification``), so the stock per-word softmax and argmax give the Viterbi tags; a word's
+``score`` is the softmax of the max-marginals at its tag (how far the best path through that tag is ahead of
+the best paths through the others, not a marginal probability).
 
-``aggregation_strategy="simple"`` (or ``"first"``, ``"average"``, ``"max"``: the same, since every token is a word)
-groups B-/I- tagged words into entity spans, scored by the mean of their words' scores.
-
-How users reach it:
-
-- ``pipeline("token-classification", model=tagger, tokenizer=tokenizer)`` with this package imported: the package
-  routes the task to this class for ELMo taggers (every other model still gets transformers' own class, see
-  [`ElmoAwareTokenClassificationRouter`]);
-- ``pipeline("elmo-token-classification", model=folder_or_tagger)``, or
-  ``pipeline_class=ElmoTokenClassificationPipeline``;
-- without the package, from a saved tagger folder: its config names this class in ``custom_pipelines``, so
-  ``pipeline("token-classification", model=folder_or_repo, trust_remote_code=True)`` runs the folder's copy.
-
-[`ElmoFeatureExtractionPipeline`] (task ``"elmo-feature-extraction"``) gives one ELMo vector per word, also with
-``batch_size > 1``, without the zero vectors of the padding that the stock ``feature-extraction`` pipeline keeps in
-a batch (the stock pipeline works too: [`ElmoModel`] ignores the ids at padded positions, and its output splits by
-sentence).
+[`ElmoFeatureExtractionPipeline`] (task ``"elmo-feature-extraction"``) adds what the stock ``"feature-extraction"``
+cannot do: one vector per word also with ``batch_size > 1`` (the stock pipeline keeps the zero vectors of a
+batch's padding), and the model's scalar mix (``elmo``) rather than its first output field.
 
 Shapes: B sentences, W words (after padding), K labels.
 """
@@ -35,20 +23,10 @@ Shapes: B sentences, W words (after padding), K labels.
 from __future__ import annotations
 
 import numpy as np
-import torch
-from transformers import AutoModel, AutoModelForSequenceClassification, AutoModelForTokenClassification
-from transformers.pipelines import (
-    PIPELINE_REGISTRY,
-    FeatureExtractionPipeline,
-    TextClassificationPipeline,
-    TokenClassificationPipeline,
-)
+from transformers.pipelines import FeatureExtractionPipeline, TokenClassificationPipeline
 from transformers.pipelines.token_classification import AggregationStrategy
 
-TASK = "elmo-token-classification"
 FEATURE_TASK = "elmo-feature-extraction"
-STOCK_TASK = "token-classification"
-_STOCK_IMPLS = (TokenClassificationPipeline, "transformers.pipelines.token_classification.TokenClassificationPipeline")
 
 
 class ElmoFeatureExtractionPipeline(FeatureExtractionPipeline):
@@ -73,76 +51,20 @@ class ElmoFeatureExtractionPipeline(FeatureExtractionPipeline):
 
 
 class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
-    """``TokenClassificationPipeline`` for ELMo taggers: ``(batch, words, 50)`` character ids, and CRF decoding.
+    """transformers' ``TokenClassificationPipeline``, generalised to tokens whose ``input_ids`` are rows of
+    character ids (ELMo: ``(words, 50)`` per sentence).
 
-    Each result (``aggregation_strategy="simple"``) is ``{"entity_group", "score", "word", "start", "end"}`` with
-    ``text[start:end] == word``; without aggregation one dict per word (``"entity"``, ``"score"``, ``"index"`` =
-    word index, ``"word"``, ``"start"``, ``"end"``). Tags are the model's own decoding (Viterbi for a CRF, as
-    ``predict``); a word's score is the probability of its tag (the CRF's marginal, or the softmax).
+    For such tokens each word comes from the offsets (``text[start:end] == word``) and is never a sub-word; a
+    tagger with its own word embedding also gets the words' ``vocab_ids`` from the tokenizer. For every other model
+    (1-D ``input_ids``, no ``needs_vocab_ids``) each method runs the stock code.
     """
 
     def preprocess(self, sentence, offset_mapping=None, **preprocess_params):
-        """As the base class; a tagger with its own word embedding also gets the words' ``vocab_ids``."""
-        tokenizer_params = dict(preprocess_params.pop("tokenizer_params", None) or {})
         if getattr(self.model, "needs_vocab_ids", False):
+            tokenizer_params = dict(preprocess_params.pop("tokenizer_params", None) or {})
             tokenizer_params.setdefault("return_vocab_ids", True)
-        yield from super().preprocess(
-            sentence, offset_mapping=offset_mapping, tokenizer_params=tokenizer_params, **preprocess_params
-        )
-
-    def _forward(self, model_inputs):
-        """As the base class, plus per word the decoded tag ``tags`` ``(B, W)`` and the label probabilities
-        ``scores`` ``(B, W, K)``, computed on the whole batch (one Viterbi and one forward-backward per batch)."""
-        mask = model_inputs.get("attention_mask")
-        # Padded positions: the batch collation pads attention_mask with 0 (the model ignores the ids there).
-        mask = model_inputs["input_ids"].ne(0).any(dim=-1) if mask is None else mask.bool()
-        outputs = super()._forward(model_inputs)
-        outputs["scores"], outputs["tags"] = self.word_scores(outputs["logits"], mask)
-        return outputs
-
-    @torch.no_grad()
-    def word_scores(self, logits: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Label probabilities ``(B, W, K)`` float32 and decoded tags ``(B, W)`` long from ``logits`` ``(B, W, K)``.
-
-        With the model's CRF (``model.crf``): the marginals ``p(y_k = j | sentence)`` and the Viterbi path, exactly
-        as the model's ``decode``/``predict`` (``-100`` at padding). Without: the softmax and its argmax.
-        """
-        crf = getattr(self.model, "crf", None)
-        if crf is not None:
-            return crf.marginals(logits, mask).float(), crf.viterbi_tags(logits, mask)
-        scores = logits.float().softmax(dim=-1)
-        return scores, scores.argmax(dim=-1)
-
-    def postprocess(self, all_outputs, aggregation_strategy=AggregationStrategy.NONE, ignore_labels=None):
-        """As the base class, with the scores and tags of [`word_scores`] instead of an argmax over the logits."""
-        if ignore_labels is None:
-            ignore_labels = ["O"]
-        sentence = all_outputs[0]["sentence"]
-        word_to_chars_map = all_outputs[0].get("word_to_chars_map")
-        all_entities = []
-        for model_outputs in all_outputs:
-            offset_mapping = model_outputs["offset_mapping"]
-            tags = model_outputs["tags"][0].tolist()
-            pre_entities = self.gather_pre_entities(
-                sentence,
-                model_outputs["input_ids"][0],
-                model_outputs["scores"][0].numpy(),  # (W, K)
-                offset_mapping[0] if offset_mapping is not None else None,
-                model_outputs["special_tokens_mask"][0].numpy(),
-                aggregation_strategy,
-                word_ids=model_outputs.get("word_ids"),
-                word_to_chars_map=word_to_chars_map,
-            )
-            for pre_entity in pre_entities:
-                pre_entity["tag"] = tags[pre_entity["index"]]
-            all_entities.extend(
-                entity
-                for entity in self.aggregate(pre_entities, aggregation_strategy)
-                if entity.get("entity") not in ignore_labels and entity.get("entity_group") not in ignore_labels
-            )
-        if len(all_outputs) > 1:
-            all_entities = self.aggregate_overlapping_entities(all_entities)
-        return all_entities
+            preprocess_params["tokenizer_params"] = tokenizer_params
+        yield from super().preprocess(sentence, offset_mapping=offset_mapping, **preprocess_params)
 
     def gather_pre_entities(
         self,
@@ -155,10 +77,19 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
         word_ids: list[int | None] | None = None,
         word_to_chars_map: list[tuple[int, int]] | None = None,
     ) -> list[dict]:
-        """One entry per word: its text (from the offsets), label scores ``(num_labels,)`` and character span.
-
-        ``input_ids`` is ``(words, 50)``; the word is never read from it (it is not a vocabulary id).
-        """
+        """As the stock method; for ``input_ids`` of one row of character ids per token ``(W, C)``, one entry per
+        word with its text from the offsets, its scores ``(K,)`` and its character span."""
+        if np.ndim(input_ids) < 2:
+            return super().gather_pre_entities(
+                sentence,
+                input_ids,
+                scores,
+                offset_mapping,
+                special_tokens_mask,
+                aggregation_strategy,
+                word_ids=word_ids,
+                word_to_chars_map=word_to_chars_map,
+            )
         pre_entities = []
         for idx, token_scores in enumerate(scores):
             if special_tokens_mask[idx]:
@@ -174,134 +105,9 @@ class ElmoTokenClassificationPipeline(TokenClassificationPipeline):
                 start = end = None
                 word = self.tokenizer.decode([np.asarray(input_ids[idx]).tolist()])
             pre_entities.append(
-                {
-                    "word": word,
-                    "scores": token_scores,
-                    "start": start,
-                    "end": end,
-                    "index": idx,
-                    "is_subword": False,  # every ELMo token is a whole word
-                }
+                {"word": word, "scores": token_scores, "start": start, "end": end, "index": idx, "is_subword": False}
             )
         return pre_entities
 
-    def aggregate(self, pre_entities: list[dict], aggregation_strategy: AggregationStrategy) -> list[dict]:
-        """One entity per word, with its decoded tag (``pre_entity["tag"]``; the argmax of its scores when absent)
-        and that tag's probability; grouped into B-/I- spans unless ``aggregation_strategy`` is ``"none"``.
 
-        Every ELMo token is a whole word, so ``"first"``, ``"average"`` and ``"max"`` (which reconcile the sub-words
-        of a word) give the same words as ``"simple"``; never the argmax of the scores, which for a CRF is not the
-        decoded path.
-        """
-        id2label = self.model.config.id2label
-        entities = []
-        for pre_entity in pre_entities:
-            tag = pre_entity.get("tag")
-            tag = int(pre_entity["scores"].argmax()) if tag is None else int(tag)
-            entity = {"entity": id2label[tag], "score": pre_entity["scores"][tag], "index": pre_entity["index"]}
-            if aggregation_strategy not in (AggregationStrategy.NONE, AggregationStrategy.SIMPLE):
-                del entity["index"]  # as the base class's word aggregation
-            entity.update(word=pre_entity["word"], start=pre_entity["start"], end=pre_entity["end"])
-            entities.append(entity)
-        if aggregation_strategy == AggregationStrategy.NONE:
-            return entities
-        return self.group_entities(entities)
-
-    def save_pretrained(self, save_directory, **kwargs) -> None:
-        """Save the model and tokenizer so that the folder runs this pipeline under ``"token-classification"``."""
-        from .hub_elmo import PIPELINE_TASK, TOKEN_CLASSIFICATION_PIPELINE
-
-        # Not the base class's way (it names the registry task, "elmo-token-classification"): the standard task
-        # name is the one users ask for.
-        self.model.config.custom_pipelines = {PIPELINE_TASK: dict(TOKEN_CLASSIFICATION_PIPELINE)}
-        self.model.save_pretrained(save_directory, **kwargs)
-        if self.tokenizer is not None:
-            self.tokenizer.save_pretrained(save_directory, **kwargs)
-
-
-def is_elmo_model(model) -> bool:
-    """Whether ``model`` is an ELMo model (this package's class or a remote-code copy: compared by model type)."""
-    return getattr(getattr(model, "config", None), "model_type", None) == "elmo"
-
-
-class ElmoAwareTokenClassificationRouter(TokenClassificationPipeline):
-    """transformers' ``"token-classification"`` (and ``"ner"``) task once this package is imported: it builds an
-    [`ElmoTokenClassificationPipeline`] for an ELMo tagger, and transformers' own ``TokenClassificationPipeline``,
-    unchanged, for any other model. It only chooses: no instance of this class is ever made.
-
-    Why a router: ``pipeline()`` picks the class by task name alone (``PIPELINE_REGISTRY``), and a config's
-    ``custom_pipelines`` would require ``trust_remote_code=True`` even with this package installed.
-    """
-
-    def __new__(cls, *args, **kwargs):
-        model = kwargs["model"] if "model" in kwargs else (args[0] if args else None)
-        target = ElmoTokenClassificationPipeline if is_elmo_model(model) else TokenClassificationPipeline
-        return target(*args, **kwargs)  # not an instance of cls: Python does not call __init__ again
-
-
-if TASK not in PIPELINE_REGISTRY.supported_tasks:  # also imported as remote code: register once
-    PIPELINE_REGISTRY.register_pipeline(
-        TASK,
-        pipeline_class=ElmoTokenClassificationPipeline,
-        pt_model=AutoModelForTokenClassification,
-        type="text",
-    )
-
-if FEATURE_TASK not in PIPELINE_REGISTRY.supported_tasks:
-    PIPELINE_REGISTRY.register_pipeline(
-        FEATURE_TASK, pipeline_class=ElmoFeatureExtractionPipeline, pt_model=AutoModel, type="text"
-    )
-
-# Route the stock task only while it holds transformers' own class: never replace someone else's choice, and
-# register once when a remote-code copy of this module is imported too.
-_stock = PIPELINE_REGISTRY.supported_tasks.get(STOCK_TASK)
-if _stock is not None and any(_stock["impl"] is impl or _stock["impl"] == impl for impl in _STOCK_IMPLS):
-    _stock["impl"] = ElmoAwareTokenClassificationRouter
-
-# ---------------------------------------------------------------------------------------------
-# Sentence classification (ElmoForSequenceClassification)
-# ---------------------------------------------------------------------------------------------
-
-TEXT_TASK = "elmo-text-classification"
-
-
-class ElmoTextClassificationPipeline(TextClassificationPipeline):
-    """``text-classification`` for ELMo sentence classifiers: ``{"label", "score"}`` per text, as the stock pipeline.
-
-    The model ignores the ids that batch collation puts at padded words (``attention_mask`` 0), so any
-    ``batch_size`` works.
-    It travels with a saved classifier (its config names it in ``custom_pipelines`` under ``"text-classification"``):
-    ``pipeline("text-classification", model=folder_or_repo, trust_remote_code=True)``; with this package imported,
-    also as the task ``"elmo-text-classification"``.
-    """
-
-    def check_model_type(self, supported_models) -> None:
-        # transformers' list of sequence classifiers holds only its own models: it would log an error for ELMo's.
-        if not is_elmo_model(self.model):
-            super().check_model_type(supported_models)
-
-    def save_pretrained(self, save_directory, **kwargs) -> None:
-        """Save the model and tokenizer so that the folder runs this pipeline under ``"text-classification"``."""
-        from .hub_elmo import TEXT_CLASSIFICATION_PIPELINE, TEXT_PIPELINE_TASK
-
-        self.model.config.custom_pipelines = {TEXT_PIPELINE_TASK: dict(TEXT_CLASSIFICATION_PIPELINE)}
-        self.model.save_pretrained(save_directory, **kwargs)
-        if self.tokenizer is not None:
-            self.tokenizer.save_pretrained(save_directory, **kwargs)
-
-
-if TEXT_TASK not in PIPELINE_REGISTRY.supported_tasks:  # also imported as remote code: register once
-    PIPELINE_REGISTRY.register_pipeline(
-        TEXT_TASK,
-        pipeline_class=ElmoTextClassificationPipeline,
-        pt_model=AutoModelForSequenceClassification,
-        type="text",
-    )
-
-__all__ = [
-    "ElmoAwareTokenClassificationRouter",
-    "ElmoFeatureExtractionPipeline",
-    "ElmoTextClassificationPipeline",
-    "ElmoTokenClassificationPipeline",
-    "is_elmo_model",
-]
+__all__ = ["FEATURE_TASK", "ElmoFeatureExtractionPipeline", "ElmoTokenClassificationPipeline"]

@@ -23,8 +23,7 @@ import logging
 import os
 
 import torch
-from transformers import AutoModelForPreTraining, Pipeline
-from transformers.pipelines import PIPELINE_REGISTRY
+from transformers import Pipeline
 
 from .scoring_elmo import folder_has_softmax, top_layer_with_boundaries
 
@@ -149,12 +148,4 @@ class ElmoFillMaskPipeline(Pipeline):
         return result[0] if len(result) == 1 else result
 
 
-def register_fill_mask_pipeline() -> None:
-    """Register the task ``"elmo-fill-mask"`` with transformers (once)."""
-    if FILL_MASK_TASK not in PIPELINE_REGISTRY.supported_tasks:
-        PIPELINE_REGISTRY.register_pipeline(
-            FILL_MASK_TASK, pipeline_class=ElmoFillMaskPipeline, pt_model=AutoModelForPreTraining, type="text"
-        )
-
-
-__all__ = ["FILL_MASK_TASK", "ElmoFillMaskPipeline", "register_fill_mask_pipeline"]
+__all__ = ["FILL_MASK_TASK", "ElmoFillMaskPipeline"]

@@ -8,6 +8,7 @@ file), whose ids are the language-model labels.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -31,11 +32,20 @@ from .characters import (
     PADDING_CHAR,
     word_to_char_ids,
 )
-from .configuration_elmo import SIZE_LIMITS
+from .configuration_elmo import SIZE_LIMITS, check_model_name
+from .manylangs import EOW_CHAR as MANYLANGS_EOW
+from .manylangs import FIRST_CHARACTER as MANYLANGS_FIRST_CHARACTER
+from .manylangs import MARKS as MANYLANGS_MARKS
+from .manylangs import check_characters, row_to_word
+from .manylangs import word_to_char_ids as manylangs_char_ids
 
 logger = logging.get_logger(__name__)
 
-VOCAB_FILES_NAMES = {"vocab_file": "vocab.txt", "tokenizer_file": "tokenizer.json"}
+VOCAB_FILES_NAMES = {
+    "vocab_file": "vocab.txt",
+    "tokenizer_file": "tokenizer.json",
+    "char_vocab_file": "char_vocab.json",  # ELMoForManyLangs models only
+}
 
 UNK_TOKEN = "<UNK>"
 PAD_TOKEN = "<pad>"
@@ -258,6 +268,12 @@ class ElmoTokenizer(TokenizersBackend):
         split_punctuation: split punctuation off words in raw text (see above).
         bos_token, eos_token, unk_token: the bilm-tf boundary and unknown words.
         pad_token: ``<pad>``, added after the vocabulary so the bilm-tf ids stay unchanged.
+        char_vocab / char_vocab_file: an ELMoForManyLangs model's own characters (a list, or ``char_vocab.json``:
+            its six marks, then one code point per entry; see ``manylangs.py``). The character ids are then
+            that model's (``[<eow>, c_1 .. c_n, <bow>, <pad> ...]``, unknown code points ``<oov>``, words cut to
+            ``C - 2`` code points), and a word's vocabulary id is that of the word so cut. A model with a word
+            input also needs ``vocab_ids``: its tokenizer is saved with ``model_input_names`` that name them, so
+            that they are returned by default.
 
     Example:
 
@@ -277,9 +293,6 @@ class ElmoTokenizer(TokenizersBackend):
     vocab_files_names = VOCAB_FILES_NAMES
     model_input_names = ["input_ids", "attention_mask"]
     padding_side = "right"
-    # As ``register_for_auto_class("AutoTokenizer")``: a save writes the auto_map entry and copies this code, so that
-    # the folder loads with ``trust_remote_code=True`` without this package (set here, not at package import).
-    _auto_class = "AutoTokenizer"
 
     def __init__(
         self,
@@ -296,6 +309,8 @@ class ElmoTokenizer(TokenizersBackend):
         # Taken out of kwargs so that the base class does not replace the backend built here.
         tokenizer_file = kwargs.pop("tokenizer_file", None)
         tokenizer_object = kwargs.pop("tokenizer_object", None)
+        # A ManyLangs model's characters: saved as their own file (char_vocab.json), not in tokenizer_config.json.
+        char_vocab, char_vocab_file = kwargs.pop("char_vocab", None), kwargs.pop("char_vocab_file", None)
         for key in ("add_bos_token", "add_eos_token"):
             if kwargs.pop(key, False):
                 logger.warning(f"ElmoTokenizer ignores {key}=True: the model adds <S> and </S> itself.")
@@ -327,6 +342,16 @@ class ElmoTokenizer(TokenizersBackend):
         self._tokenizer = backend
         self.max_characters_per_token = max_chars
         self.split_punctuation = split_punctuation
+        # ELMoForManyLangs: the model's own characters (None: ELMo's UTF-8 bytes).
+        if char_vocab is None and char_vocab_file is not None:
+            with open(char_vocab_file, encoding="utf-8") as handle:
+                char_vocab = json.load(handle)
+        self.char_vocab = None if char_vocab is None else check_characters(char_vocab)
+        self._char_ids = (
+            None
+            if self.char_vocab is None
+            else {char: i for i, char in enumerate(self.char_vocab, MANYLANGS_FIRST_CHARACTER)}
+        )
         # Special tokens are never looked for inside the text: `<pad>` in a text is just characters.
         kwargs.setdefault("split_special_tokens", True)
         super().__init__(
@@ -343,6 +368,13 @@ class ElmoTokenizer(TokenizersBackend):
     def from_vocab_file(cls, vocab_file: str | os.PathLike, **kwargs) -> ElmoTokenizer:
         """A tokenizer with the vocabulary of a bilm-tf vocabulary file."""
         return cls(vocab_file=vocab_file, **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> ElmoTokenizer:
+        """As transformers' ``from_pretrained``; a name that is no path and no ``owner/name`` Hub id (such as a
+        released model's short name) fails at once, as the models' ``from_pretrained`` does (``check_model_name``)."""
+        check_model_name(pretrained_model_name_or_path)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
     def _from_pretrained(cls, resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs):
@@ -381,7 +413,12 @@ class ElmoTokenizer(TokenizersBackend):
         path = os.path.join(save_directory, (filename_prefix + "-" if filename_prefix else "") + "vocab.txt")
         with open(path, "w", encoding="utf-8", newline="") as handle:
             handle.write("".join(word + "\n" for word in words))
-        return (path,)
+        if self.char_vocab is None:
+            return (path,)
+        chars = os.path.join(save_directory, (filename_prefix + "-" if filename_prefix else "") + "char_vocab.json")
+        with open(chars, "w", encoding="utf-8") as handle:
+            json.dump([*MANYLANGS_MARKS, *self.char_vocab], handle, ensure_ascii=True)
+        return (path, chars)
 
     def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
         file_names = super()._save_pretrained(
@@ -534,7 +571,7 @@ class ElmoTokenizer(TokenizersBackend):
         return_length: bool = False,
         verbose: bool = True,
         split_special_tokens: bool | None = None,
-        return_vocab_ids: bool = False,
+        return_vocab_ids: bool | None = None,
         **kwargs,
     ) -> BatchEncoding:
         """Encode text or words into character ids (see the class docstring for the outputs).
@@ -563,6 +600,8 @@ class ElmoTokenizer(TokenizersBackend):
             return_token_type_ids = "token_type_ids" in self.model_input_names
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
+        if return_vocab_ids is None:
+            return_vocab_ids = "vocab_ids" in self.model_input_names
 
         max_chars = self.max_characters_per_token
         empty_word_id = self._tokenizer.token_to_id("")
@@ -596,6 +635,11 @@ class ElmoTokenizer(TokenizersBackend):
                         for word, index in zip(words, encoding.ids, strict=True)
                     ]
                 )
+                if self.char_vocab is not None:  # ELMoForManyLangs looks up the word cut to C - 2 code points
+                    data["vocab_ids"][-1] = [
+                        self._cut_word_id(word) if word is not None and len(word) > max_chars - 2 else index
+                        for word, index in zip(words, data["vocab_ids"][-1], strict=True)
+                    ]
             if return_special_tokens_mask:
                 data["special_tokens_mask"].append(encoding.special_tokens_mask)
             if return_offsets_mapping:
@@ -609,7 +653,7 @@ class ElmoTokenizer(TokenizersBackend):
         if return_overflowing_tokens:
             data["overflow_to_sample_mapping"] = [sample for _, _, sample in rows]
         encodings = [encoding for encoding, _, _ in rows]
-        table = [(0,) * max_chars] + [_cached_char_ids(word, max_chars) for word in table_index]
+        table = [(0,) * max_chars] + [self._word_char_ids(word) for word in table_index]
 
         if return_tensors is not None:
             self._stack_ragged_fields(data, table, return_tensors)
@@ -618,6 +662,17 @@ class ElmoTokenizer(TokenizersBackend):
         if not is_batched and not return_overflowing_tokens:
             return BatchEncoding({key: value[0] for key, value in data.items()}, encodings)
         return BatchEncoding(data, encodings)
+
+    def _word_char_ids(self, word: str) -> tuple[int, ...]:
+        """The ``max_characters_per_token`` character ids of ``word`` (ELMo's bytes, or a ManyLangs model's own)."""
+        if self._char_ids is None:
+            return _cached_char_ids(word, self.max_characters_per_token)
+        return tuple(manylangs_char_ids(word, self._char_ids, self.max_characters_per_token))
+
+    def _cut_word_id(self, word: str) -> int:
+        """The vocabulary id of ``word`` cut to ``max_characters_per_token - 2`` code points (ELMoForManyLangs)."""
+        index = self._tokenizer.token_to_id(_sanitize(word[: self.max_characters_per_token - 2]))
+        return self.unk_token_id if index is None else index
 
     def _stack_ragged_fields(
         self, data: dict[str, Any], table: list[tuple[int, ...]], return_tensors: str | TensorType
@@ -817,12 +872,14 @@ class ElmoTokenizer(TokenizersBackend):
                 return False
             if not all(_is_int(value) for value in row):
                 return False
-            if row[0] != BEGIN_OF_WORD_CHAR + 1 and any(row):
+            if row[0] != (BEGIN_OF_WORD_CHAR + 1 if self.char_vocab is None else MANYLANGS_EOW) and any(row):
                 return False
         return True
 
     def _row_to_word(self, row: list[int]) -> str | None:
         """The word of one row of character ids; None for a padding row."""
+        if self.char_vocab is not None:
+            return row_to_word(row, self.char_vocab)
         if not any(row):
             return None
         if any(not 0 < value < NUM_CHARACTERS for value in row):
@@ -842,7 +899,8 @@ class ElmoTokenizer(TokenizersBackend):
     def _rows_to_words(self, rows: list[list[int]], skip_special_tokens: bool) -> list[str | None]:
         words = [self._row_to_word(row) for row in rows]
         if skip_special_tokens:
-            words = [word for word in words if word not in (BOS_TOKEN, EOS_TOKEN)]
+            marks = (BOS_TOKEN, EOS_TOKEN) if self.char_vocab is None else ("<bos>", "<eos>")
+            words = [word for word in words if word not in marks]
         return words
 
     def decode(self, token_ids, skip_special_tokens: bool = False, **kwargs) -> str | list[str]:
@@ -885,10 +943,22 @@ class ElmoTokenizer(TokenizersBackend):
             **kwargs,
         )
 
+    def _check_vocab_id_range(self, ids: list) -> None:
+        """``ValueError`` naming the first id past the vocabulary: the Rust tokenizer answers None for it, or an
+        ``OverflowError`` past 2**32."""
+        size = len(self)
+        too_large = next((index for index in ids if _is_int(index) and index >= size), None)
+        if too_large is not None:
+            raise ValueError(
+                f"convert_ids_to_tokens: token id {too_large} is not in the vocabulary (ids are in [0, {size}), "
+                "or negative for padding)"
+            )
+
     def convert_ids_to_tokens(self, ids, skip_special_tokens: bool = False):
         """Vocabulary ids to words (None for ids < 0), or character rows ``(W, C)`` to their words.
 
-        A padding row becomes the pad token (or is skipped with ``skip_special_tokens``).
+        A padding row becomes the pad token (or is skipped with ``skip_special_tokens``). An id past the
+        vocabulary is a ``ValueError`` naming it.
         """
         ids = to_py_obj(ids)
         if isinstance(ids, list) and ids and all(isinstance(row, list) for row in ids):
@@ -902,8 +972,10 @@ class ElmoTokenizer(TokenizersBackend):
                 return [word for word in words if word is not None]
             return [self.pad_token if word is None else word for word in words]
         if _is_int(ids):
+            self._check_vocab_id_range([ids])
             return None if ids < 0 else super().convert_ids_to_tokens(int(ids))
         if isinstance(ids, list):
+            self._check_vocab_id_range(ids)
             if skip_special_tokens:
                 return super().convert_ids_to_tokens([index for index in ids if index >= 0], skip_special_tokens=True)
             return [None if index < 0 else self._tokenizer.id_to_token(int(index)) for index in ids]

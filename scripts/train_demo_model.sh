@@ -9,36 +9,36 @@
 #
 #   bash scripts/train_demo_model.sh            # ELMO_SHARED_DIR=/path/to/shared to read the data elsewhere
 #
-# Then the folder keeps only the ElmoModel part, the tokenizer and the perplexities, and, like every saved folder,
-# the code files and auto_map that save_pretrained writes: without this package,
-# AutoModel/AutoTokenizer.from_pretrained(folder, trust_remote_code=True) load it, and without trust_remote_code
-# transformers refuses it clearly (never a generic word-level tokenizer). The LM softmax of the same run goes
-# beside it, to modeling_elmo/commands/demo_model_lm/softmax.safetensors: W (10000 x 64) in float16 (1.3 MB
-# instead of 2.6), b in float32, and the SHA-256 of the biLM file it belongs to. modeling_elmo.commands.demo_lm
-# joins the two into an ElmoForPreTraining (elmo score --model demo, the elmo-fill-mask pipeline, elmo demo).
-# To ship it, add "modeling_elmo.commands.demo_model_lm" to pyproject.toml's packages and package-data (*.safetensors).
+# Then the folder keeps only the ElmoModel part (the LM softmax is left out), the tokenizer, the perplexities and
+# the card: data only, a plain saved folder (no code files, no auto_map) that loads with this package imported.
+# Last, scripts/fit_demo_softmax.py fits the LM softmax on the frozen biLM just written (only W and b, a convex
+# problem, a fixed number of Adam steps; a few minutes) into modeling_elmo/commands/demo_model_lm/softmax.safetensors:
+# W (10000 x 64) in float16, b in float32, and the SHA-256 of the biLM file it belongs to.
+# modeling_elmo.commands.demo_lm joins the two into an ElmoForPreTraining (elmo score --model demo, the
+# elmo-fill-mask pipeline, elmo demo). The shipped softmax was made so, on the shipped biLM, whose training run kept
+# no softmax: alone, `python scripts/fit_demo_softmax.py` reproduces it.
 #
 # Not bit-reproducible: on 2026-11-26 this recipe (seed 0, OMP_NUM_THREADS=2) gave a biLM up to 2.7 apart from the
 # shipped one (perplexity 175.2, shipped 177.0), and the code of the commit that made it (b0234d5) one up to 0.31
-# apart (perplexity 177.0). Retraining therefore replaces the shipped biLM and every number measured on it.
+# apart (perplexity 177.0). Retraining therefore replaces the shipped biLM, its softmax and every number measured
+# on them.
 #
 #   ELMO_DEMO_EXPORT_ONLY=1 ELMO_DEMO_WORK_DIR=modeling_elmo/commands/demo_model bash scripts/train_demo_model.sh
 #
-# re-saves the bundled folder as it is (same weights), e.g. to refresh its code files after the package changed.
+# re-saves the bundled folder as it is (same weights), e.g. to refresh its files after the package changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DATA="${ELMO_SHARED_DIR:-../shared}/data/wikitext-2"
 WORK="${ELMO_DEMO_WORK_DIR:-${TMPDIR:-/tmp}/elmo-demo-lm}"
 OUT="${ELMO_DEMO_OUT:-modeling_elmo/commands/demo_model}"
-LM_OUT="${ELMO_DEMO_LM_OUT:-modeling_elmo/commands/demo_model_lm}"
 test -f "$DATA/valid.txt" || { echo "error: $DATA/valid.txt not found (set ELMO_SHARED_DIR)" >&2; exit 1; }
 
 # ELMO_DEMO_EXPORT_ONLY=1: skip training, only rebuild the package folder from an earlier run in $WORK.
 # The training run is the LM benchmark (its defaults are this recipe); it prints words/s and perplexities.
 [ "${ELMO_DEMO_EXPORT_ONLY:-0}" = 1 ] || python benchmarks/bench_lm.py --output_dir "$WORK" --seed 0
 
-python - "$WORK" "$OUT" "$LM_OUT" <<'PY'
+python - "$WORK" "$OUT" <<'PY'
 """Keep the ElmoModel part of the trained folder, the tokenizer and the perplexities, as save_pretrained writes them."""
 import json
 import os
@@ -49,13 +49,14 @@ import tempfile
 from modeling_elmo import ElmoModel, ElmoTokenizer
 from modeling_elmo.commands.demo_model_card import write_demo_card
 
-work, out, lm_out = sys.argv[1], sys.argv[2], sys.argv[3]
+work, out = sys.argv[1], sys.argv[2]
 staging = tempfile.mkdtemp(prefix=".demo_model.", dir=os.path.dirname(os.path.abspath(out)))
 ElmoModel.from_pretrained(work).save_pretrained(staging)
 # WikiText-2 is already tokenized (hence --no-split_punctuation in training); users give raw text, which the
 # shipped tokenizer splits like the training text ("bank." -> bank .). Characters, not word ids, feed the model.
-ElmoTokenizer.from_pretrained(work, split_punctuation=True).save_pretrained(staging)
-os.remove(os.path.join(staging, "README.md"))  # the generic card; the demo's own is written below
+tokenizer = ElmoTokenizer.from_pretrained(work, split_punctuation=True)
+tokenizer.init_kwargs.pop("auto_map", None)  # an earlier, remote-code folder's: this one is plain
+tokenizer.save_pretrained(staging)
 with open(os.path.join(work, "eval_results.json")) as f:
     results = json.load(f)
 with open(os.path.join(staging, "eval_results.json"), "w") as f:
@@ -69,31 +70,10 @@ if os.path.exists(out):
     shutil.rmtree(out)
 os.replace(staging, out)
 print(f"wrote {out}: {sorted(os.listdir(out))}")
-
-# The LM softmax of the same run, tied to the biLM file above by its SHA-256 (demo_lm refuses a mismatched pair).
-# One metadata entry only: safetensors writes several in a random order, and the file should be byte-reproducible.
-import hashlib
-
-from safetensors.torch import save_file
-
-from modeling_elmo.modeling_elmo_pretraining import ElmoForPreTraining
-from modeling_elmo.scoring_elmo import folder_has_softmax
-
-if not folder_has_softmax(work):  # e.g. ELMO_DEMO_WORK_DIR=the bundled folder: the shipped softmax stays
-    print(f"{work} holds no softmax: {lm_out} left as it is")
-else:
-    softmax = ElmoForPreTraining.from_pretrained(work).softmax
-    with open(os.path.join(out, "model.safetensors"), "rb") as f:
-        bilm_sha256 = hashlib.sha256(f.read()).hexdigest()
-    os.makedirs(lm_out, exist_ok=True)
-    target = os.path.join(lm_out, "softmax.safetensors")
-    tensors = {
-        "softmax.weight": softmax.weight.detach().half().contiguous(),  # 1.3 MB; error: docs/language-model.md
-        "softmax.bias": softmax.bias.detach().float().contiguous(),
-    }
-    save_file(tensors, target + ".part", metadata={"bilm_sha256": bilm_sha256})
-    os.chmod(target + ".part", 0o644)
-    os.replace(target + ".part", target)
-    print(f"wrote {target}")
 PY
-ls -la "$OUT" "$LM_OUT"
+ls -la "$OUT"
+# The LM head of the biLM just written (reads $DATA/valid.txt and test.txt; prints the perplexities).
+# It fits the bundled folder's biLM only; ELMO_DEMO_FIT_SOFTMAX=0 skips it (e.g. with ELMO_DEMO_EXPORT_ONLY=1).
+if [ "$OUT" = modeling_elmo/commands/demo_model ] && [ "${ELMO_DEMO_FIT_SOFTMAX:-1}" = 1 ]; then
+    ELMO_SHARED_DIR="${ELMO_SHARED_DIR:-../shared}" python scripts/fit_demo_softmax.py
+fi

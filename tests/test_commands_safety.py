@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import BATCHING_ATOL
 from test_reliability import (
     _WORDS,
     MODEL,
@@ -266,7 +267,7 @@ def test_tagger_empty_sentences_give_empty_results(vocab):
     assert model.predict(**encoding) == [[]]
     assert predict_sentences(model, tokenizer, ["", "  "]) == [[], []]
     assert predict_sentences(model, tokenizer, ["", "the cat"])[0] == []
-    ner = pipeline("elmo-token-classification", model=model, tokenizer=tokenizer)
+    ner = pipeline("token-classification", model=model, tokenizer=tokenizer)
     assert ner("") == []
     assert ner(["", " "]) == [[], []]
 
@@ -297,7 +298,7 @@ BIG_VOCAB = build_word_vocab([s.split() for s in SENTENCES] + [[f"w{i}" for i in
 def test_token_classification_pipeline_batched_equals_one_by_one(vocab):
     model, tokenizer = _tiny_tagger(BIG_VOCAB if vocab else None)
     assert tokenizer.pad_token_id >= 262 or not vocab
-    ner = pipeline("elmo-token-classification", model=model, tokenizer=tokenizer, ignore_labels=[])
+    ner = pipeline("token-classification", model=model, tokenizer=tokenizer, ignore_labels=[])
     one = ner(SENTENCES, batch_size=1)
     two = ner(SENTENCES, batch_size=2)
     assert [[e["word"] for e in row] for row in two] == [s.split() for s in SENTENCES]
@@ -305,7 +306,7 @@ def test_token_classification_pipeline_batched_equals_one_by_one(vocab):
         assert [(e["word"], e["entity"], e["start"], e["end"]) for e in row_one] == [
             (e["word"], e["entity"], e["start"], e["end"]) for e in row_two
         ]
-        assert [e["score"] for e in row_one] == pytest.approx([e["score"] for e in row_two], abs=1e-5)
+        assert [e["score"] for e in row_one] == pytest.approx([e["score"] for e in row_two], abs=BATCHING_ATOL)
 
 
 @pytest.mark.parametrize("how", ["task", "pipeline_class"])
@@ -326,8 +327,8 @@ def test_elmo_feature_extraction_pipeline_batched_equals_one_by_one(vocab, how):
         alone = [MODEL(**TOKENIZER(sentence, return_tensors="pt")).elmo for sentence in SENTENCES]
     for sentence, expected, row_one, row_two in zip(SENTENCES, alone, one, two, strict=True):
         assert np.asarray(row_one).shape == (1, len(sentence.split()), 16)
-        np.testing.assert_allclose(np.asarray(row_one), expected.numpy(), atol=1e-6)
-        np.testing.assert_allclose(np.asarray(row_two), expected.numpy(), atol=1e-5)
+        np.testing.assert_allclose(np.asarray(row_one), expected.numpy(), atol=BATCHING_ATOL)
+        np.testing.assert_allclose(np.asarray(row_two), expected.numpy(), atol=BATCHING_ATOL)
     assert extract("") == [[]] and extract(["", "a b"], batch_size=2)[0] == [[]]  # no words, no vectors
 
 
@@ -344,8 +345,8 @@ def test_stock_feature_extraction_pipeline_batched(vocab):
     for sentence, expected, row_one, row_two in zip(SENTENCES, alone, one, two, strict=True):
         words = len(sentence.split())
         batched = torch.tensor(row_two[0])
-        torch.testing.assert_close(torch.tensor(row_one[0]), expected, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(batched[:words], expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(torch.tensor(row_one[0]), expected, atol=BATCHING_ATOL, rtol=1e-5)
+        torch.testing.assert_close(batched[:words], expected, atol=BATCHING_ATOL, rtol=1e-5)
         assert not batched[words:].any()  # the stock pipeline keeps the batch's padding: zero vectors
 
 
@@ -368,13 +369,13 @@ def test_batched_model_output_splits_by_sentence_as_pipelines_split_it():
         words = len(sentence.split())
         assert isinstance(piece, ElmoModelOutput) and piece.mixes.shape[:2] == (1, 2)
         for got, expected in zip(piece.elmo_representations, alone.elmo_representations, strict=True):
-            torch.testing.assert_close(got[:, :words], expected, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(piece.elmo[:, :words], alone.elmo, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(got[:, :words], expected, atol=BATCHING_ATOL, rtol=1e-5)
+        torch.testing.assert_close(piece.elmo[:, :words], alone.elmo, atol=BATCHING_ATOL, rtol=1e-5)
         assert len(piece.hidden_states) == 3 and piece.hidden_states[0].shape[0] == 1
         assert piece.lstm_state.num_rows == 1 and out.lstm_state[row].num_rows == 1
         for (h, c), (h_alone, c_alone) in zip(piece.lstm_state.layers, alone.lstm_state.layers, strict=True):
-            torch.testing.assert_close(h, h_alone, atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(c, c_alone, atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(h, h_alone, atol=BATCHING_ATOL, rtol=1e-5)
+            torch.testing.assert_close(c, c_alone, atol=BATCHING_ATOL, rtol=1e-5)
     with pytest.raises(IndexError):
         out.lstm_state[-1]
     with pytest.raises(TypeError):  # rows past the end read as zeros: not a sequence to iterate

@@ -31,7 +31,6 @@ from modeling_elmo import (
     ElmoModel,
     ElmoTokenizer,
     configuration_elmo,
-    hub_elmo,
 )
 from modeling_elmo.commands.convert import main as convert_main
 from modeling_elmo.configuration_elmo import MAX_PARAMETERS, SIZE_LIMITS
@@ -595,7 +594,7 @@ def test_validate_methods_run_when_built_and_when_saved(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Issue #14, item 6: the config is the ground floor; the model's save prepares the Hub folder
+# Issue #14, item 6, and issue 27: the config is the ground floor; saved folders are plain
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -603,27 +602,24 @@ def test_configuration_imports_nothing_of_the_package():
     tree = ast.parse((REPO / "modeling_elmo" / "configuration_elmo.py").read_text())
     relative = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level > 0]
     assert relative == []
-    assert hub_elmo.ELMO_AUTO_MAP is configuration_elmo.ELMO_AUTO_MAP
 
 
 def test_config_save_writes_config_json_only(tmp_path):
     ElmoConfig(**TINY).save_pretrained(tmp_path)
     assert os.listdir(tmp_path) == ["config.json"]
-    assert json.loads((tmp_path / "config.json").read_text())["auto_map"] == configuration_elmo.ELMO_AUTO_MAP
+    assert "auto_map" not in json.loads((tmp_path / "config.json").read_text())
 
 
-def test_model_save_prepares_the_hub_folder(tmp_path):
+def test_model_save_writes_a_plain_folder(tmp_path):
     tagger = ElmoForTokenClassification(ElmoConfig(**TINY, id2label=LABELS, tagger_hidden_size=5))
     tagger.save_pretrained(tmp_path)
-    files = set(os.listdir(tmp_path))
-    assert {p.name for p in hub_elmo.shipped_files()} | {"config.json", "model.safetensors", "README.md"} <= files
+    assert sorted(os.listdir(tmp_path)) == ["config.json", "model.safetensors"]
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["auto_map"] == configuration_elmo.ELMO_AUTO_MAP
-    assert saved["custom_pipelines"]["token-classification"]["impl"] == "pipelines_elmo.ElmoTokenClassificationPipeline"
+    assert "auto_map" not in saved and "custom_pipelines" not in saved
 
 
-def test_save_pretrained_with_push_to_hub_uploads_the_prepared_folder(tmp_path):
-    """``save_pretrained(push_to_hub=True)`` uploads the code files and the completed config (the Hub client is
+def test_save_pretrained_with_push_to_hub_uploads_the_plain_folder(tmp_path):
+    """``save_pretrained(push_to_hub=True)`` uploads the saved folder, with no code files (the Hub client is
     replaced by a recorder at ``HfApi``, as in test_hub.py)."""
     uploads: list[set[str]] = []
 
@@ -644,5 +640,5 @@ def test_save_pretrained_with_push_to_hub_uploads_the_prepared_folder(tmp_path):
     ):
         ElmoModel(ElmoConfig(**TINY)).save_pretrained(tmp_path / "elmo-tiny", push_to_hub=True, repo_id="me/elmo")
     assert len(uploads) == 1
-    assert {p.name for p in hub_elmo.shipped_files()} | {"config.json", "model.safetensors"} <= uploads[0]
-    assert {p.name for p in hub_elmo.shipped_files()} <= set(os.listdir(tmp_path / "elmo-tiny"))
+    assert {"config.json", "model.safetensors"} <= uploads[0]
+    assert not [name for name in uploads[0] if name.endswith(".py")]

@@ -648,3 +648,58 @@ def test_output_folder_and_files_follow_the_umask(tmp_path, umask):
     assert out.stat().st_mode & 0o777 == 0o777 & ~umask
     for name in ("model.safetensors", "config.json", "tokenizer.json", "README.md"):
         assert (out / name).stat().st_mode & 0o777 == 0o666 & ~umask, name
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 26, 4: a run without --overwrite after a killed --overwrite restores first, then refuses
+# ---------------------------------------------------------------------------------------------
+
+
+def plain_run(options: Path, weights: Path, out: Path) -> subprocess.CompletedProcess:
+    return run_cli("--options_file", options, "--weight_file", weights, "--output_dir", out, "--disable_tqdm")
+
+
+def test_plain_run_after_a_kill_between_the_renames_restores_and_refuses(small, tmp_path: Path):
+    """The old folder, left in the staging folder by a kill between the two renames, is put back before the
+    output folder is checked: a run without --overwrite then refuses it, and replaces nothing."""
+    options, weights = small
+    out = tmp_path / "out"
+    before = old_output(options, weights, out)
+    killed_overwrite(options, weights, out, "no-exchange,kill-between-renames")
+    assert not out.exists()
+    message = one_error_line(plain_run(options, weights, out))
+    assert "exists and is not empty (pass --overwrite to replace it)" in message
+    assert "it was put back from .out.partial-" in message
+    assert folder_bytes(out) == before
+    assert hidden_leftovers(tmp_path) == []
+
+
+def test_refused_run_after_a_kill_after_the_swap_leaves_nothing_hidden(small, tmp_path: Path):
+    """A kill just after the swap: the new output is complete and the previous one waits in the staging folder.
+    A refused next run removes that folder (the killed run had replaced it, as asked) and says so."""
+    from modeling_elmo.commands.convert import _exchange
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    if not _exchange(tmp_path / "a", tmp_path / "b"):
+        pytest.skip("this file system cannot exchange two folders atomically (the two-rename fallback is tested)")
+    options, weights = small
+    out = tmp_path / "out"
+    old_output(options, weights, out)
+    killed_overwrite(options, weights, out, "kill-after-swap")
+    new = folder_bytes(out)
+    assert "old.txt" not in new
+    message = one_error_line(plain_run(options, weights, out))
+    assert "exists and is not empty" in message and "the leftovers of a killed conversion to it were removed" in message
+    assert folder_bytes(out) == new
+    assert hidden_leftovers(tmp_path) == []
+
+
+def test_in_process_convert_after_a_kill_between_the_renames_refuses(small, tmp_path: Path):
+    options, weights = small
+    out = tmp_path / "out"
+    before = old_output(options, weights, out)
+    killed_overwrite(options, weights, out, "no-exchange,kill-between-renames")
+    with pytest.raises(ConversionError, match="exists and is not empty"):
+        convert(options, weights, out, progress=False)
+    assert folder_bytes(out) == before and hidden_leftovers(tmp_path) == []

@@ -14,6 +14,9 @@ from modeling_elmo.crf import FORBIDDEN_SCORE, ConditionalRandomField, bio_allow
 
 BIO3 = ["O", "B-PER", "I-PER"]
 BIO5 = ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"]
+# The float64 CRF vs brute-force enumeration of every path in float64: measured at most 1.8e-15; a wrong transition
+# or a missed start/end score is off by 1e-2 or more.
+FLOAT64_ATOL = 1e-9
 
 
 # ---------------------------------------------------------------- helpers
@@ -93,9 +96,9 @@ def test_likelihood_and_partition_match_enumeration(include_start_end):
         expected_z = logsumexp(list(scores.values())) if length else 0.0
         path = tuple(tags[b, :length].tolist())
         expected_gold = scores[path]
-        assert log_z[b].item() == pytest.approx(expected_z, abs=1e-5)
-        assert gold[b].item() == pytest.approx(expected_gold, abs=1e-5)
-        assert log_likelihood[b].item() == pytest.approx(expected_gold - expected_z, abs=1e-5)
+        assert log_z[b].item() == pytest.approx(expected_z, abs=FLOAT64_ATOL)
+        assert gold[b].item() == pytest.approx(expected_gold, abs=FLOAT64_ATOL)
+        assert log_likelihood[b].item() == pytest.approx(expected_gold - expected_z, abs=FLOAT64_ATOL)
     assert log_likelihood[3].item() == 0.0  # the empty sequence
 
 
@@ -117,7 +120,7 @@ def test_viterbi_matches_enumeration(include_start_end):
         scores = enumerate_paths(crf, emissions[b], length)
         best_path = max(scores, key=scores.get)
         assert tuple(decoded[b]) == best_path
-        assert best_scores[b].item() == pytest.approx(scores[best_path], abs=1e-5)
+        assert best_scores[b].item() == pytest.approx(scores[best_path], abs=FLOAT64_ATOL)
 
 
 def test_probabilities_sum_to_one_over_all_paths():
@@ -185,7 +188,7 @@ def test_marginals_are_the_gradient_of_log_z_and_handle_empty_inputs():
     torch.testing.assert_close(sums, mask.double(), atol=1e-9, rtol=0)
     single = crf.float().marginals(emissions.detach().float(), mask.long())  # float32, integer mask
     assert single.dtype == torch.float32
-    torch.testing.assert_close(single.double(), marginals, atol=1e-5, rtol=0)
+    torch.testing.assert_close(single.double(), marginals, atol=1e-5, rtol=0)  # float32: measured 2.3e-7
     for shape in [(2, 0, 5), (0, 4, 5), (2, 3, 5)]:  # no steps, no rows, only empty rows
         empty = torch.zeros(shape)
         result = crf.marginals(empty, torch.zeros(shape[:2], dtype=torch.bool))
@@ -258,10 +261,10 @@ def test_constrained_crf_matches_enumeration_over_allowed_paths(labels, max_leng
         if length == 0:
             assert log_z[b].item() == 0.0
             continue
-        assert log_z[b].item() == pytest.approx(logsumexp(list(scores.values())), abs=1e-5)
+        assert log_z[b].item() == pytest.approx(logsumexp(list(scores.values())), abs=FLOAT64_ATOL)
         best_path = max(scores, key=scores.get)
         assert tuple(decoded[b, :length].tolist()) == best_path
-        assert best_scores[b].item() == pytest.approx(scores[best_path], abs=1e-5)
+        assert best_scores[b].item() == pytest.approx(scores[best_path], abs=FLOAT64_ATOL)
 
         # The likelihood of every allowed path is its score minus log Z; together they sum to 1.
         paths = torch.tensor(list(scores))
@@ -269,7 +272,7 @@ def test_constrained_crf_matches_enumeration_over_allowed_paths(labels, max_leng
         padded = torch.cat([paths, torch.full((rows, emissions.shape[1] - length), -100)], dim=1)
         log_likelihood = crf.log_likelihood(emissions[b].expand(rows, -1, -1), padded, mask[b].expand(rows, -1))
         expected = torch.tensor(list(scores.values()), dtype=torch.float64) - logsumexp(list(scores.values()))
-        torch.testing.assert_close(log_likelihood, expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(log_likelihood, expected, atol=FLOAT64_ATOL, rtol=0)
         assert log_likelihood.exp().sum().item() == pytest.approx(1.0, abs=1e-9)
 
 
@@ -448,7 +451,7 @@ def test_integer_mask_and_float32():
     crf32 = crf.float()
     result = crf32.log_likelihood(emissions.float(), tags, mask)
     assert result.dtype == torch.float32
-    torch.testing.assert_close(result.double(), expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(result.double(), expected, atol=1e-4, rtol=1e-4)  # float32: measured 5.4e-7
 
 
 # ---------------------------------------------------------------- state dict and meta-device loading

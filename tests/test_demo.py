@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from modeling_elmo.commands.cli import DEMO_MODEL_DIR
+from elmo_cli import DEMO_MODEL_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -110,15 +110,14 @@ def test_fill_blank_needs_an_lm_head_and_one_blank(lm_models):
 
 def test_gradio_is_imported_only_by_the_demo():
     code = (
-        "import sys; from modeling_elmo.commands import cli; cli.build_parser(); "
-        "assert 'gradio' not in sys.modules, 'gradio imported'"
+        "import sys; import elmo_cli as cli; cli.build_parser(); assert 'gradio' not in sys.modules, 'gradio imported'"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=REPO)
 
 
 def test_bad_tagger_folder_is_refused_before_gradio_starts(tmp_path, capsys):
-    from modeling_elmo.commands.cli import main
+    from elmo_cli import main
 
     gradio_before = "gradio" in sys.modules
     assert main(["demo", "--tagger", str(tmp_path / "missing"), "--port", "1"]) == 1
@@ -183,7 +182,7 @@ def served_page(tmp_path: Path, *options: str):
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     elmo = shutil.which("elmo", path=str(Path(sys.executable).parent))
-    command = [elmo] if elmo else [sys.executable, "-m", "modeling_elmo.commands.cli"]
+    command = [elmo] if elmo else [sys.executable, "-m", "elmo_cli"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     env.pop("GRADIO_ANALYTICS_ENABLED", None)  # the command itself must turn analytics off
     server = subprocess.Popen(

@@ -24,40 +24,13 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def softmax_file(tmp_path_factory):
-    """A softmax in the shipped layout for the demo biLM: random ``W`` (float16) and ``b``, paired by SHA-256.
-
-    The package ships none yet (a retraining did not reproduce the shipped biLM, so the softmax of its run is
-    lost); these tests check the plumbing against direct computations, whatever the softmax's values.
-    """
-    generator = torch.Generator().manual_seed(0)
-    tensors = {
-        "softmax.weight": (torch.randn(10_000, 64, generator=generator) / 8).half(),
-        "softmax.bias": torch.randn(10_000, generator=generator),
-    }
-    path = tmp_path_factory.mktemp("demo_lm") / "softmax.safetensors"
-    sha = hashlib.sha256((demo_lm.DEMO_MODEL_DIR / "model.safetensors").read_bytes()).hexdigest()
-    save_file(tensors, path, metadata={"bilm_sha256": sha})
-    return path
-
-
-@pytest.fixture(autouse=True)
-def _use_softmax_file(softmax_file, monkeypatch):
-    monkeypatch.setattr(demo_lm, "DEMO_SOFTMAX_FILE", softmax_file)
+def demo():
+    return load_demo_language_model()
 
 
 @pytest.fixture(scope="module")
-def demo(softmax_file):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(demo_lm, "DEMO_SOFTMAX_FILE", softmax_file)
-        return load_demo_language_model()
-
-
-@pytest.fixture(scope="module")
-def demo_folder(softmax_file, tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(demo_lm, "DEMO_SOFTMAX_FILE", softmax_file)
-        return demo_language_model_path(tmp_path_factory.mktemp("cache"))
+def demo_folder(tmp_path_factory):
+    return demo_language_model_path(tmp_path_factory.mktemp("cache"))
 
 
 def test_the_demo_elmo_model_folder_stays_a_plain_quiet_elmo_model():
@@ -79,15 +52,22 @@ def test_the_language_model_is_the_demo_bilm_under_the_shipped_softmax(demo):
 
 
 def test_without_the_softmax_file_the_error_says_how_to_get_one(tmp_path, monkeypatch):
-    from modeling_elmo.commands.cli import main
+    from elmo_cli import main
 
     monkeypatch.setattr(demo_lm, "DEMO_SOFTMAX_FILE", tmp_path / "absent.safetensors")
     assert not demo_lm.has_demo_language_model()
-    with pytest.raises(FileNotFoundError, match="train_demo_model.sh"):
+    with pytest.raises(FileNotFoundError, match="fit_demo_softmax.py"):
         load_demo_language_model()
     text = tmp_path / "in.txt"
     text.write_text("a b\n", encoding="utf-8")
     assert main(["score", "--model", "demo", "--disable_tqdm", str(text)]) == 1
+
+
+def test_the_softmax_ships_paired_with_the_demo_bilm():
+    assert demo_lm.has_demo_language_model()
+    tensors = load_file(demo_lm.DEMO_SOFTMAX_FILE)
+    assert tensors["softmax.weight"].dtype == torch.float16 and tuple(tensors["softmax.weight"].shape) == (10_000, 64)
+    assert tensors["softmax.bias"].dtype == torch.float32 and tuple(tensors["softmax.bias"].shape) == (10_000,)
 
 
 def test_a_softmax_of_another_biLM_is_refused(tmp_path, monkeypatch):
@@ -128,7 +108,7 @@ def _step_by_step_logprobs(model, tokenizer, sentence: str) -> tuple[float, floa
 
 
 def test_elmo_score_demo(demo, tmp_path, capsys):
-    from modeling_elmo.commands.cli import main
+    from elmo_cli import main
 
     text = tmp_path / "in.txt"
     shuffled = "in . Japan The released 2010 was game in"

@@ -24,7 +24,7 @@ import pytest
 from huggingface_hub.errors import LocalTokenNotFoundError
 from safetensors.numpy import load_file
 
-from modeling_elmo.commands import cli
+import elmo_cli as cli
 from modeling_elmo.commands.convert import main as convert_main
 from modeling_elmo.commands.download import (
     RELEASED_MODELS,
@@ -409,7 +409,8 @@ def test_convert_push_to_hub_publishes_the_folder(fixture_dir, tmp_path, hub, ca
     (create, repo, private, exist_ok), (upload, repo_again, files) = hub
     assert (create, repo, private, exist_ok) == ("create_repo", "someone/elmo-fixture", True, True)
     assert (upload, repo_again, files) == ("upload_folder", "someone/elmo-fixture", sorted(os.listdir(out)))
-    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md", "modeling_elmo.py"} <= set(files)
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md"} <= set(files)
+    assert not [name for name in files if name.endswith(".py")]  # a plain folder (issue 27)
     assert capsys.readouterr().out.splitlines()[-1] == "Published to https://huggingface.co/someone/elmo-fixture"
 
 

@@ -15,7 +15,7 @@ from original_format import write_original_model
 from softmax_format import vocabulary, write_softmax, write_vocab
 from test_download import serve
 
-from modeling_elmo.commands import cli
+import elmo_cli as cli
 from modeling_elmo.commands.download import RELEASED_MODELS, DownloadError, download_released_model, lm_head_urls
 
 LM = RELEASED_MODELS["original-lm"]

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from test_download import OPTIONS_PATH, SMALL, WEIGHTS_PATH, assert_same_weights, download, serve
 
-from modeling_elmo.commands import cli
+import elmo_cli as cli
 from modeling_elmo.commands.download import RELEASED_MODELS, DownloadError
 
 WEIGHTS_NAME = Path(SMALL.weights).name

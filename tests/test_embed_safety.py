@@ -20,8 +20,8 @@ import h5py
 import numpy as np
 import pytest
 
+import elmo_cli as cli
 from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.commands import cli
 from modeling_elmo.utils.embedding_elmo import embed_corpus
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ def corpus(path: Path, n: int) -> Path:
 
 
 def embed_command(tiny_dir: Path, *args) -> list[str]:
-    return [sys.executable, "-m", "modeling_elmo.commands.cli", "embed", "--model", str(tiny_dir), "--device", "cpu",
+    return [sys.executable, "-m", "elmo_cli", "embed", "--model", str(tiny_dir), "--device", "cpu",
             "--disable_tqdm", *map(str, args)]  # fmt: skip
 
 
@@ -223,7 +223,7 @@ def test_next_run_removes_part_files_of_a_killed_multiprocess_run(tiny_dir, tmp_
 _MEMORY_SCRIPT = textwrap.dedent(
     """
     import resource, sys, torch
-    from modeling_elmo.commands import cli
+    import elmo_cli as cli
     torch.set_num_threads(1)
     model, folder, small, large = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     peaks = []
@@ -288,3 +288,33 @@ def test_embed_refuses_devices_it_cannot_run_on(tiny_dir, tmp_path, capsys, devi
     assert err.startswith(f"error: --device {device!r} is not a device") and err.count("\n") == 1, err
     assert "use auto, cpu, cuda" in err
     assert sorted(os.listdir(tmp_path)) == ["input.txt"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A NUL character in the input (issue 26, 8)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", [[], ["--tokenized"], ["--raw"]], ids=["lines", "tokenized", "raw"])
+def test_a_nul_byte_in_an_input_file_is_refused_by_line_before_anything_is_written(tiny_dir, tmp_path, capsys, mode):
+    """Before: ``--tokenized`` ended in a traceback (HDF5 refuses the words ``bad\\0word`` as a string) and the
+    default tokenizer silently read NUL as a space. Now one error line naming the file and line, and no file."""
+    text = tmp_path / "input.txt"
+    text.write_bytes(b"hello world .\n\nsome bad\x00word here .\nok .\n")
+    assert cli.main(["embed", str(text), "-o", str(tmp_path / "out.hdf5"), "--model", str(tiny_dir),
+                     "--device", "cpu", "--disable_tqdm", *mode]) == 1  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith(f"error: {text}: line 3 holds a NUL character"), err
+    assert sorted(os.listdir(tmp_path)) == ["input.txt"]
+
+
+def test_a_nul_byte_on_stdin_is_refused_by_line_and_no_file_is_left(tiny_dir, tmp_path):
+    """From stdin the line is found while embedding (after the model loaded): the partial file is removed."""
+    lines = b"".join(b"w%d x y .\n" % i for i in range(50)) + b"bad\x00word .\n"
+    result = subprocess.run(embed_command(tiny_dir, "-", "-o", tmp_path / "out.hdf5", "--tokenized"), input=lines,
+                            env=ENV, capture_output=True, timeout=300)  # fmt: skip
+    err = result.stderr.decode()
+    assert result.returncode == 1 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("error: the input: line 51 holds a NUL character"), err
+    assert os.listdir(tmp_path) == []

@@ -13,11 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from helpers import TINY
+from helpers import BATCHING_ATOL, TINY
 
+import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from modeling_elmo.commands import cli
 from modeling_elmo.utils.embedding_elmo import _batches, embed_corpus
+from modeling_elmo.utils.token_cache import build_token_cache, token_cache_size
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -98,7 +99,7 @@ def test_every_split_gives_each_sentence_its_vectors_alone(reference, settings, 
         assert indices == list(range(len(sentences)))
     for i, layers in got:
         assert layers.dtype == np.float32 and layers.shape == expected[i].shape, (i, layers.shape, expected[i].shape)
-        np.testing.assert_allclose(layers, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
+        np.testing.assert_allclose(layers, expected[i], rtol=0, atol=BATCHING_ATOL, err_msg=f"sentence {i}")
 
 
 def _rows_through_the_character_encoder(model: ElmoModel) -> list[int]:
@@ -120,15 +121,15 @@ def test_word_cache_runs_the_character_encoder_once_per_distinct_word_of_a_chunk
     cached = list(embed_corpus(model, TOKENIZER, sentences, **settings))
     chunks = [sentences[i : i + chunk_size] for i in range(0, len(sentences), chunk_size)]
     assert calls == [len({w for s in chunk for w in s}) + 2 for chunk in chunks]
-    assert model.token_cache_size == 0
+    assert token_cache_size(model) == 0
     calls.clear()
     plain = list(embed_corpus(model, TOKENIZER, sentences, word_cache=False, **settings))
     assert len(calls) == len(list(_batches([len(s) for s in sentences], 8, 4096)))
     assert sum(calls) > len({w for s in sentences for w in s}) + 2
     for (i, got), (j, without) in zip(cached, plain, strict=True):
         assert i == j
-        np.testing.assert_allclose(got, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
-        np.testing.assert_allclose(without, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
+        np.testing.assert_allclose(got, expected[i], rtol=0, atol=BATCHING_ATOL, err_msg=f"sentence {i}")
+        np.testing.assert_allclose(without, expected[i], rtol=0, atol=BATCHING_ATOL, err_msg=f"sentence {i}")
 
 
 def test_word_cache_leaves_the_models_own_token_cache_alone(reference):
@@ -136,24 +137,76 @@ def test_word_cache_leaves_the_models_own_token_cache_alone(reference):
     it go through the encoder batch by batch."""
     _, sentences, expected = reference
     model = tiny_model()
-    assert model.build_token_cache(["the", "cat"], progress=False) == 2
+    assert build_token_cache(model, ["the", "cat"], progress=False) == 2
     calls = _rows_through_the_character_encoder(model)
     got = list(embed_corpus(model, TOKENIZER, sentences, batch_size=8, progress=False))
-    assert model.token_cache_size == 2
+    assert token_cache_size(model) == 2
     assert len(calls) > 1  # per batch, not one call for the chunk
     for i, layers in got:
-        np.testing.assert_allclose(layers, expected[i], rtol=0, atol=1e-5, err_msg=f"sentence {i}")
+        np.testing.assert_allclose(layers, expected[i], rtol=0, atol=BATCHING_ATOL, err_msg=f"sentence {i}")
 
 
 def test_word_cache_is_dropped_when_the_caller_stops_early(reference):
     """A generator closed after its first sentence (a ``break`` in the caller's loop) drops the chunk's cache."""
     _, sentences, _ = reference
     model = tiny_model()
-    results = embed_corpus(model, TOKENIZER, sentences, progress=False)
-    next(results)
-    assert model.token_cache_size == len({w for s in sentences for w in s}) + 2
+    results = embed_corpus(model, TOKENIZER, sentences, progress=False, ordered=False)
+    next(results)  # after the first batch, in the middle of the chunk
+    assert token_cache_size(model) == len({w for s in sentences for w in s}) + 2
     results.close()
-    assert model.token_cache_size == 0
+    assert token_cache_size(model) == 0
+
+
+def _chunks(sentences: list[list[str]], chunk_size: int) -> list[list[list[str]]]:
+    return [sentences[k : k + chunk_size] for k in range(0, len(sentences), chunk_size)]
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_nothing_of_a_chunk_outlives_it(ordered):
+    """Memory over a long corpus (issue 26, 17): while a chunk runs the token cache holds exactly its distinct
+    words; an ordered chunk's outputs are dropped by the time its results are yielded; and when the next chunk is
+    read, nothing of the previous one is alive (its cache, its outputs, which the caller dropped). Before, the
+    whole previous chunk's outputs (ordered) and its cache lived on while the next chunk was read and tokenized."""
+    import gc
+    import weakref
+
+    rng = random.Random(7)
+    sentences = [[f"w{rng.randint(0, 400)}" for _ in range(rng.randint(1, 12))] for _ in range(60)]
+    model = tiny_model()
+    chunk_size = 16
+    yielded: list[weakref.ref] = []
+    checked = []
+
+    def reader():
+        for k, sentence in enumerate(sentences):
+            if k and k % chunk_size == 0:  # the first sentence of the next chunk is being read
+                gc.collect()
+                checked.append(k)
+                assert token_cache_size(model) == 0, "the previous chunk's token cache is still held"
+                alive = [r for r in yielded if r() is not None]
+                assert not alive, f"{len(alive)} outputs of the previous chunk are still held"
+            yield sentence
+
+    for index, array in embed_corpus(model, TOKENIZER, reader(), progress=False, chunk_size=chunk_size,
+                                     batch_size=4, ordered=ordered):  # fmt: skip
+        chunk = _chunks(sentences, chunk_size)[index // chunk_size]
+        if ordered:
+            assert token_cache_size(model) == 0  # dropped once the chunk's batches are done
+        else:
+            assert token_cache_size(model) == len({w for s in chunk for w in s}) + 2
+        yielded.append(weakref.ref(array))
+        del array
+    assert checked == [16, 32, 48] and token_cache_size(model) == 0
+
+
+def test_character_ids_share_their_int_objects():
+    """The tokenizer caches 65,536 words' ids: ids above 256 made anew per word (``i + 1``) cost 32 bytes each,
+    ~1.2 KB more per cached word (issue 26, 17). Now every id is one shared object."""
+    from modeling_elmo.characters import word_to_char_ids
+
+    a, b = word_to_char_ids("cat"), word_to_char_ids("dog")
+    assert a[-1] == b[-1] == 261 and a[-1] is b[-1]  # the padding id
+    assert a[0] == 259 and a[0] is b[0]  # begin of word
 
 
 def test_build_token_cache_takes_character_ids():
@@ -161,14 +214,14 @@ def test_build_token_cache_takes_character_ids():
     by_words, by_ids = tiny_model(), tiny_model()
     words = ["the", "cat", "Ünïcode", "the"]
     ids = torch.tensor(TOKENIZER([words], is_split_into_words=True)["input_ids"][0])
-    assert by_words.build_token_cache(words, progress=False) == by_ids.build_token_cache(ids, progress=False) == 3
+    assert build_token_cache(by_words, words, progress=False) == build_token_cache(by_ids, ids, progress=False) == 3
     with torch.no_grad():
         np.testing.assert_array_equal(by_words.embed_words(ids).numpy(), by_ids.embed_words(ids).numpy())
     with pytest.raises(ValueError, match=r"character ids must be \(words, 50\), got shape \(4, 49\)"):
-        by_ids.build_token_cache(ids[:, :49])
+        build_token_cache(by_ids, ids[:, :49])
     with pytest.raises(ValueError, match=r"character ids must be in \[0, 262\)"):
-        by_ids.build_token_cache(ids + 300)
-    assert by_ids.token_cache_size == 3  # a refused call keeps the old cache
+        build_token_cache(by_ids, ids + 300)
+    assert token_cache_size(by_ids) == 3  # a refused call keeps the old cache
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -256,3 +309,20 @@ def test_embed_sweep_prints_a_row_per_setting(bench, capsys):
     ]
     with pytest.raises(SystemExit, match="BATCH/WORDS or BATCH/WORDS/nocache, got '2/64/x'"):
         bench.main(["--embed_sweep", "2/64/x", "--sizes", "tiny"])
+
+
+def test_bench_embed_memory_prints_rss_after_each_chunk(capsys):
+    """``benchmarks/bench_embed_memory.py`` (issue 26, 17) on the tiny model: one JSON line per corpus size, with the
+    peak and the RSS after each chunk (no threshold: RSS depends on the machine)."""
+    import json
+    import subprocess
+    import sys
+
+    command = [sys.executable, str(REPO / "benchmarks" / "bench_embed_memory.py"), "--size", "tiny",
+               "--sentences", "20", "--chunk_size", "8", "--tracemalloc"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = done.stdout.splitlines()
+    result = json.loads(line)
+    assert result["sentences"] == 20 and len(result["rss_after_chunks_mib"]) == 3
+    assert len(result["traced_mib_after_chunks"]) == 3 and result["peak_rss_mib"] > 0

@@ -9,12 +9,15 @@ import torch
 from modeling_elmo import ElmoConfig, ElmoModel
 from modeling_elmo.utils.export_elmo import (
     ElmoExportWrapper,
+    ElmoOnnxSession,
     check_export_inputs,
     example_inputs,
     export_onnx,
     export_program,
 )
 
+# The exported program vs the eager model: another graph of the same float32 ops (a batching-like rounding
+# difference), measured at most 7.2e-7 on values up to 2.6; the 1e-5 batch-invariance bound.
 TOLERANCE = 1e-5
 # (batch, words) unlike the export example (2, 3): one sentence of one word, and a bigger padded batch.
 SHAPES = [(1, 1), (4, 9)]
@@ -72,12 +75,19 @@ def test_torch_export_dynamic_shapes(model, program, shape):
     torch.testing.assert_close(layers, expected_layers, atol=TOLERANCE, rtol=0)
 
 
-def test_onnx_runs_in_onnxruntime(model, tmp_path):
+@pytest.fixture(scope="module")
+def onnx_path(model, tmp_path_factory) -> str:
+    """The model exported to ONNX once (about a minute on a busy machine)."""
     pytest.importorskip("onnx", reason="ONNX export needs the onnx package (pip install onnx onnxscript)")
     pytest.importorskip("onnxscript", reason="the torch.onnx dynamo exporter needs onnxscript")
-    ort = pytest.importorskip("onnxruntime", reason="running the ONNX file needs onnxruntime")
-    path = export_onnx(ElmoExportWrapper(model), tmp_path / "elmo.onnx")
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    pytest.importorskip("onnxruntime", reason="running the ONNX file needs onnxruntime")
+    return export_onnx(ElmoExportWrapper(model), tmp_path_factory.mktemp("onnx") / "elmo.onnx")
+
+
+def test_onnx_runs_in_onnxruntime(model, onnx_path):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask"]
     for shape in SHAPES:
         ids, mask = example_inputs(model.config, *shape, seed=20 + sum(shape))
@@ -123,3 +133,74 @@ def test_ids_at_padded_positions_are_ignored_and_ids_at_words_checked(model, pro
 def test_wrapper_rejects_other_modules():
     with pytest.raises(TypeError, match="wraps an ElmoModel"):
         ElmoExportWrapper(torch.nn.Linear(2, 2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs the eager model refuses (issue 26, 6): NaN rows in the graphs, errors from ElmoOnnxSession
+# ---------------------------------------------------------------------------------------------
+
+
+def _broken_batches(model) -> dict[str, tuple[torch.Tensor, torch.Tensor, int, str]]:
+    """``name -> (input_ids, attention_mask, broken row, the eager model's error)``: row 1 of a (3, 6) batch
+    breaks the contract, rows 0 and 2 keep it."""
+    ids, mask = example_inputs(model.config, 3, 6, seed=40)
+    mask[1] = torch.tensor([1, 1, 1, 0, 0, 0])
+    ids[1, 3:] = 0
+    left_ids, left_mask = ids.clone(), mask.clone()
+    left_ids[1], left_mask[1] = ids[1].roll(3, dims=0), mask[1].roll(3)  # the same words, left-padded
+    negative = ids.clone()
+    negative[1, 0, 2] = -3  # a character id at a word
+    two = mask.clone()
+    two[1, 0] = 2
+    return {
+        "left-padded": (left_ids, left_mask, 1, "right-padded"),
+        "id -3": (negative, mask, 1, r"character ids must be in \[0, 262\)"),
+        "mask 2": (ids, two, 1, "must hold only 0 .padding. and 1 .words."),
+    }
+
+
+def _assert_nan_row_only(model, ids, mask, elmo, layers, row: int) -> None:
+    """Row ``row`` is NaN everywhere; the others equal the eager model's outputs for them alone (the sentences of
+    a batch are independent)."""
+    elmo, layers = torch.as_tensor(elmo), torch.as_tensor(layers)
+    assert torch.isnan(elmo[row]).all() and torch.isnan(layers[:, row]).all()
+    keep = [r for r in range(ids.shape[0]) if r != row]
+    expected_elmo, expected_layers = _eager(model, ids[keep], mask[keep])
+    torch.testing.assert_close(elmo[keep], expected_elmo, atol=TOLERANCE, rtol=0)
+    torch.testing.assert_close(layers[:, keep], expected_layers, atol=TOLERANCE, rtol=0)
+
+
+@pytest.mark.parametrize("case", ["left-padded", "id -3", "mask 2"])
+def test_torch_export_program_gives_nan_for_a_sentence_outside_the_contract(model, program, case):
+    """Before: a left-padded mask and mask value 2 gave finite, meaningless outputs, id -3 an IndexError."""
+    ids, mask, row, error = _broken_batches(model)[case]
+    with pytest.raises(ValueError, match=error):
+        _eager(model, ids, mask)
+    with pytest.raises(ValueError, match=error):
+        check_export_inputs(ids, mask, model.config)
+    with torch.no_grad():
+        elmo, layers = program.module()(ids, mask)
+    _assert_nan_row_only(model, ids, mask, elmo, layers, row)
+
+
+def test_onnx_graph_gives_nan_and_the_checked_session_refuses(model, onnx_path):
+    """Before: the ONNX graph returned finite outputs for a left-padded mask, id -3 and mask value 2."""
+    import onnxruntime as ort
+
+    raw = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"])
+    checked = ElmoOnnxSession(onnx_path)
+    assert checked.max_characters_per_token == model.config.max_characters_per_token
+    ids, mask = example_inputs(model.config, 3, 6, seed=41)
+    expected_elmo, expected_layers = _eager(model, ids, mask)
+    elmo, layers = checked(ids, mask)  # tensors or numpy arrays
+    torch.testing.assert_close(torch.from_numpy(elmo), expected_elmo, atol=TOLERANCE, rtol=0)
+    torch.testing.assert_close(torch.from_numpy(layers), expected_layers, atol=TOLERANCE, rtol=0)
+    for bad_ids, bad_mask, row, error in _broken_batches(model).values():
+        with pytest.raises(ValueError, match=error):
+            checked(bad_ids.numpy(), bad_mask.numpy())
+        elmo, layers = raw.run(None, {"input_ids": bad_ids.numpy(), "attention_mask": bad_mask.numpy()})
+        _assert_nan_row_only(model, bad_ids, bad_mask, elmo, layers, row)
+    with pytest.raises(ValueError, match="must be int64"):
+        checked(ids.int(), mask)
+    with pytest.raises(TypeError, match="numpy array or a torch.Tensor"):
+        checked(ids.tolist(), mask)

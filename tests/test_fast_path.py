@@ -7,17 +7,20 @@ import random
 import string
 import sys
 import tracemalloc
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import BATCHING_ATOL
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.characters import word_to_char_ids
 from modeling_elmo.utils.embedding_elmo import embed_corpus
 from modeling_elmo.utils.reference_elmo import reference_forward
+from modeling_elmo.utils.token_cache import build_token_cache, token_cache_size
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZER = ElmoTokenizer()
@@ -29,6 +32,12 @@ SIZES = {
     ),
     "three-layers": dict(lstm_dim=32, projection_dim=16, n_layers=3, char_cnn_filters=[[2, 6], [4, 6]], n_highway=1),
 }
+
+
+# Random weights at initializer_range 0.3 make the recurrence amplify rounding, more with each layer: the fused path
+# vs the step-by-step reference measured up to 5.4e-6 (3 layers, up to 14 words, 27 random batches per setting,
+# default, AVX2 and unvectorised kernels); a real bug (a skipped clip, a wrong direction) moves outputs by 1e-2 or more.
+RECURRENT_ATOL = 5e-5
 
 
 def random_words(rng: random.Random, n: int) -> list[str]:
@@ -51,7 +60,8 @@ def make_model(size: str, seed: int = 0, **overrides) -> ElmoModel:
 )
 def test_fast_path_equals_step_by_step_reference(size, overrides):
     model = make_model(size, **overrides)
-    rng = random.Random(hash((size, str(overrides))) % 1000)
+    # A fixed seed per case (str hashes change from run to run): the same batches on every run and CPU.
+    rng = random.Random(zlib.crc32(repr((size, overrides)).encode()))
     sentences = [random_words(rng, rng.randint(1, 14)) for _ in range(7)]
     enc = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     enc = {k: F.pad(v, (0, 0, 0, 3) if k == "input_ids" else (0, 3)) for k, v in enc.items()}  # extra padding
@@ -60,14 +70,15 @@ def test_fast_path_equals_step_by_step_reference(size, overrides):
     for b, words in enumerate(sentences):
         expected, _ = reference_forward(model, enc["input_ids"][b, : len(words)])
         got = torch.stack([layer[b, : len(words)] for layer in layers])
-        assert (got - expected).abs().max() <= 1e-5
+        assert (got - expected).abs().max() <= RECURRENT_ATOL
         assert all(torch.all(layer[b, len(words) :] == 0) for layer in layers)
 
 
 def test_cpu_inference_path_equals_step_by_step_reference(monkeypatch):
     """The CPU inference path of a wide LSTM: prepacked products, the directions run one after the other, and the
     cell's tanh through the sigmoid (used from 2^15 elements a call: 16 rows x D = 2048), against the reference."""
-    from modeling_elmo.modeling_elmo import ElmoBiLstmLayer, _PrepackedWeights
+    from modeling_elmo.fast_path_elmo import PrepackedProducts, _PrepackedWeights
+    from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
 
     if not _PrepackedWeights.supported(torch.float32):
         pytest.skip("this torch build has no oneDNN: the CPU inference path is the plain one")
@@ -77,21 +88,24 @@ def test_cpu_inference_path_equals_step_by_step_reference(monkeypatch):
     sentences = [random_words(rng, rng.randint(1, 9)) for _ in range(16)]
     enc = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.inference_mode():
-        assert all(layer.runs_directions_apart(torch.zeros(2, 16, 16)) for layer in model.bilm.layers)
+        h = torch.zeros(2, 16, 16)
+        assert all(PrepackedProducts.for_layer(layer, h).runs_directions_apart(h) for layer in model.bilm.layers)
         layers = model(**enc, output_hidden_states=True).hidden_states
     for b, words in enumerate(sentences):
         expected, _ = reference_forward(model, enc["input_ids"][b, : len(words)])
         got = torch.stack([layer[b, : len(words)] for layer in layers])
-        assert (got - expected).abs().max() <= 1e-5
+        assert (got - expected).abs().max() <= BATCHING_ATOL
 
 
 def test_tanh_through_the_sigmoid_is_tanh():
-    from modeling_elmo.modeling_elmo import _tanh
+    from modeling_elmo.fast_path_elmo import cpu_tanh as _tanh
 
     x = torch.cat([torch.linspace(-30, 30, 1 << 16), torch.logspace(-12, 1, 1 << 15), torch.tensor([0.0, -0.0])])
     exact = torch.tanh(x.double())
-    assert (_tanh(x).double() - exact).abs().max() <= 2.5e-7
-    assert (torch.tanh(x).double() - exact).abs().max() <= 1e-7  # what torch's own gives, for comparison
+    # 2 sigmoid(2x) - 1 doubles the sigmoid's error near 1/2 (ulp 6e-8): measured 1.76e-7 with default, AVX2 and
+    # unvectorised kernels (torch's tanh: 3.0e-8); 5e-7 allows a 4-ulp sigmoid; a wrong formula is off by 1e-1.
+    assert (_tanh(x).double() - exact).abs().max() <= 5e-7
+    assert (torch.tanh(x).double() - exact).abs().max() <= 2e-7  # what torch's own gives, for comparison
     small, wanted = x[:1000], x.clone().requires_grad_(True)
     assert torch.equal(_tanh(small), torch.tanh(small))  # below 2^15 elements: torch's tanh itself
     _tanh(wanted).sum().backward()  # with autograd: torch's tanh, whose gradient is 1 - tanh^2
@@ -116,7 +130,7 @@ def test_char_cnn_shortcut_equals_full_width_convolution(activation):
         ids = torch.tensor([word_to_char_ids(w) for w in group])
         with torch.no_grad():
             fast, plain = model.char_cnn(ids), full_width_char_cnn(model.char_cnn, ids)
-        assert (fast - plain).abs().max() <= 1e-6
+        assert (fast - plain).abs().max() <= BATCHING_ATOL
 
 
 def test_char_cnn_shortcut_passes_gradients_like_the_full_convolution():
@@ -126,6 +140,7 @@ def test_char_cnn_shortcut_passes_gradients_like_the_full_convolution():
     fast = {n: p.grad.clone() for n, p in model.char_cnn.named_parameters()}
     model.zero_grad()
     full_width_char_cnn(model.char_cnn, ids).sum().backward()
+    # Gradients sum over words and positions: measured 2.6e-6 on values of 3.2 (allowed 4.2e-5); a wrong one, ~1.
     for name, param in model.char_cnn.named_parameters():
         torch.testing.assert_close(fast[name], param.grad, atol=1e-5, rtol=1e-5)
 
@@ -136,14 +151,14 @@ def test_token_cache_gives_the_same_outputs_and_falls_back_for_unknown_words():
     enc = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
         before = model(**enc, output_hidden_states=True).hidden_states
-    assert model.build_token_cache(["the", "cat", "sat", "an", "the"], progress=False) == 4
+    assert build_token_cache(model, ["the", "cat", "sat", "an", "the"], progress=False) == 4
     with torch.no_grad():
         after = model(**enc, output_hidden_states=True).hidden_states
     for x, y in zip(before, after, strict=True):
-        assert (x - y).abs().max() <= 1e-6
+        assert (x - y).abs().max() <= BATCHING_ATOL
     # A stale cache is never used while the character CNN trains.
     with torch.no_grad():
-        model._token_cache_vectors.fill_(123.0)
+        model.token_cache.vectors.fill_(123.0)
         poisoned = model(**enc, output_hidden_states=True).hidden_states[0]
     assert poisoned.abs().max() >= 123.0  # the cache is really used in inference
     model.train()
@@ -152,8 +167,8 @@ def test_token_cache_gives_the_same_outputs_and_falls_back_for_unknown_words():
     assert (trained - before[0]).abs().max() <= 1e-6
     trained.sum().backward()
     assert model.char_cnn.projection.weight.grad is not None
-    model.clear_token_cache()
-    assert model._token_cache is None
+    model.token_cache = None
+    assert token_cache_size(model) == 0
 
 
 def test_embed_corpus_matches_the_model_in_input_order():
@@ -169,12 +184,12 @@ def test_embed_corpus_matches_the_model_in_input_order():
         n = int(enc["attention_mask"][i].sum())
         expected = torch.stack([h[i, :n] for h in out.hidden_states]).numpy()
         assert layers.shape == expected.shape
-        np.testing.assert_allclose(layers, expected, atol=1e-6)
+        np.testing.assert_allclose(layers, expected, atol=BATCHING_ATOL)
     means = dict(embed_corpus(model, TOKENIZER, lines, output="sentence_mean", progress=False))
     for i in range(len(lines)):
         n = int(enc["attention_mask"][i].sum())
         expected = out.elmo[i, :n].mean(0).numpy() if n else np.zeros(out.elmo.shape[-1])
-        np.testing.assert_allclose(means[i], expected, atol=1e-6)
+        np.testing.assert_allclose(means[i], expected, atol=BATCHING_ATOL)
 
 
 def test_embed_corpus_holds_one_chunk_at_a_time():

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
+from elmo_cli import demo_model_path
 from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.commands.cli import demo_model_path
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 REPO = Path(__file__).resolve().parents[1]
@@ -53,8 +53,9 @@ def _reference_layers(demo, sentences: list[list[str]]):
 
 
 # Batches of other shapes change float32 sums in the last bits: measured at most 3.6e-7 between the plug-ins' batches
-# and the reference's here (values up to 4), and up to 1.4e-6 for single values of layer 0 (test_static_vectors).
-ATOL = 5e-6
+# and the reference's here (values up to 4), and up to 1.4e-6 for single values of layer 0 (test_static_vectors);
+# 1e-5 is the batch-invariance bound the docs state (7.2e-7 seen on an AMX Xeon).
+ATOL = 1e-5
 
 
 # ---------------------------------------------------------------------------------------------

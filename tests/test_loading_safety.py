@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 
 from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from modeling_elmo.utils.export_elmo import ElmoExportWrapper, check_export_inputs, example_inputs
+from modeling_elmo.utils.token_cache import build_token_cache, token_cache_size
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZER = ElmoTokenizer()
@@ -137,8 +138,9 @@ def test_sharded_safetensors_still_load(saved: Path, tmp_path: Path):
 
 
 def test_hub_model_whose_index_names_a_pickle_is_refused(saved: Path, tmp_path: Path):
-    """The Hub path (a cached Hub id, Hub unreachable): the resolved files are checked before they are read.
-    Before: torch.load of the pickle (then an UnpicklingError from torch's weights-only unpickler)."""
+    """The Hub path (a Hub id whose index is in the local cache): the index is checked before anything is read,
+    with no network call of the package's own. Before: torch.load of the pickle (then an UnpicklingError from
+    torch's weights-only unpickler)."""
     folder = copy_of(saved, tmp_path, "hub-model")
     marker = tmp_path / "pickle-code-ran"
     torch.save({**MODEL.state_dict(), "payload": PickleBomb(str(marker))}, folder / "pytorch_model.bin")
@@ -150,7 +152,8 @@ def test_hub_model_whose_index_names_a_pickle_is_refused(saved: Path, tmp_path: 
     code = "from modeling_elmo import ElmoModel\nElmoModel.from_pretrained('some-user/pickled')"
     result, seconds = _python(code, env)
     assert result.returncode != 0
-    assert "OSError: " in result.stderr and "pytorch_model.bin is not a .safetensors file" in result.stderr
+    assert "OSError: " in result.stderr and "names 'pytorch_model.bin'" in result.stderr
+    assert "an index may name only .safetensors files" in result.stderr
     assert not marker.exists() and seconds < FAST
 
 
@@ -284,20 +287,20 @@ def test_token_cache_follows_weight_changes(kind: str):
     model = tiny_model()
     model.config.elmo_dropout = 0.0
     enc = _batch()
-    model.build_token_cache(WORDS, progress=False)
+    build_token_cache(model, WORDS, progress=False)
     _change_weights(model, kind)
     with torch.no_grad():
         cached = model(**enc, output_hidden_states=True).hidden_states
-    assert model._token_cache is None  # dropped, not used
+    assert token_cache_size(model) == 0  # dropped, not used
     with torch.no_grad():
         fresh = model(**enc, output_hidden_states=True).hidden_states
     for x, y in zip(cached, fresh, strict=True):
         assert torch.equal(x, y)
     # A cache built again is used for the new weights and gives their outputs.
-    assert model.build_token_cache(WORDS, progress=False) == len(WORDS)
+    assert build_token_cache(model, WORDS, progress=False) == len(WORDS)
     with torch.no_grad():
         again = model(**enc, output_hidden_states=True).hidden_states
-    assert model._token_cache is not None
+    assert token_cache_size(model) == len(WORDS)
     for x, y in zip(again, fresh, strict=True):  # float rounding of the batched vs. one-by-one CNN only
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
 
@@ -305,13 +308,13 @@ def test_token_cache_follows_weight_changes(kind: str):
 def test_token_cache_is_kept_while_the_weights_do_not_change():
     model = copy.deepcopy(MODEL)
     enc = _batch()
-    model.build_token_cache(WORDS, progress=False)
+    build_token_cache(model, WORDS, progress=False)
     with torch.no_grad():
         model(**enc)
         model.train()
         model(**enc)  # training other parts (or dropout) leaves the character encoder alone
         model.eval()
-        model._token_cache_vectors.fill_(123.0)
+        model.token_cache.vectors.fill_(123.0)
         poisoned = model(**enc, output_hidden_states=True).hidden_states[0]
     assert poisoned.abs().max() >= 123.0  # the cache is really used
 
@@ -387,7 +390,7 @@ def test_folder_without_config_json_is_named_as_such(saved: Path, tmp_path: Path
     assert ElmoModel.from_pretrained(folder, config=MODEL.config) is not None  # an explicit config still works
     env = _hub_env(tmp_path, "https://huggingface.co")
     result = subprocess.run(
-        [sys.executable, "-m", "modeling_elmo.commands.cli", "embed", "-", "-o", str(tmp_path / "o.hdf5"), "--model",
+        [sys.executable, "-m", "elmo_cli", "embed", "-", "-o", str(tmp_path / "o.hdf5"), "--model",
          str(folder)],  # fmt: skip
         input="a b\n", env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
@@ -402,34 +405,48 @@ def test_missing_folder_is_named_as_such(name: str):
         ElmoModel.from_pretrained(name)
 
 
-@pytest.mark.parametrize("how", ["api", "cli"])
-def test_unreachable_hub_fails_fast_and_clearly(tmp_path: Path, how: str):
-    """Before: huggingface_hub's retries, ~24 s per file (212 s for `elmo embed`), then a misleading message."""
+def _embed_command(tmp_path: Path, model: str) -> list[str]:
+    return [sys.executable, "-m", "elmo_cli", "embed", "-", "-o", str(tmp_path / "o.hdf5"), "--model", model]
+
+
+def test_unreachable_hub_fails_fast_and_clearly_in_the_command(tmp_path: Path):
+    """The command checks the Hub once before loading (``utils/hub.hub_local_files_only``; from_pretrained itself
+    makes no network call of its own). Before: huggingface_hub's retries, ~24 s per file (212 s for `elmo
+    embed`), then a misleading message."""
     env = _hub_env(tmp_path, f"http://127.0.0.1:{_closed_port()}")
     start = time.monotonic()
     try:
-        if how == "api":
-            code = "from modeling_elmo import ElmoModel\nElmoModel.from_pretrained('some-user/some-model')"
-            result, _ = _python(code, env, timeout=FAST * 2)
-        else:
-            result = subprocess.run(
-                [sys.executable, "-m", "modeling_elmo.commands.cli", "embed", "-", "-o", str(tmp_path / "o.hdf5"),
-                 "--model", "some-user/some-model"],  # fmt: skip
-                input="a b\n", env=env, capture_output=True, text=True, timeout=FAST * 2, cwd=tmp_path,
-            )  # fmt: skip
+        result = subprocess.run(
+            _embed_command(tmp_path, "some-user/some-model"),
+            input="a b\n", env=env, capture_output=True, text=True, timeout=FAST * 2, cwd=tmp_path,
+        )  # fmt: skip
     except subprocess.TimeoutExpired:
         pytest.fail(f"no answer after {FAST * 2} s")
     seconds = time.monotonic() - start
-    assert result.returncode == 1 if how == "cli" else result.returncode != 0
+    assert result.returncode == 1
     assert "no such folder some-user/some-model, and the Hugging Face Hub (http://127.0.0.1:" in result.stderr
     assert "cannot be reached" in result.stderr and seconds < FAST
-    if how == "cli":
-        assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: --model some-user/some-model")
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: --model some-user/some-model")
     assert not (tmp_path / "o.hdf5").exists()
 
 
-def test_silent_hub_times_out_quickly(tmp_path: Path):
-    """A Hub that accepts connections and never answers costs the probe's timeout, not minutes."""
+@pytest.mark.parametrize("loader", ["ElmoModel", "ElmoTokenizer", "ElmoForTokenClassification"])
+def test_released_short_name_fails_at_once(tmp_path: Path, loader: str):
+    """Issue 29 item 3: a name that is no folder and no owner/name Hub id (a released model's short name) fails at
+    once, naming `elmo download`, with no network call; the subprocess's own timeout bounds the test. Before: the
+    tokenizer waited ~230 s through the Hub client's retries (the model ~5 s behind a probe of the Hub)."""
+    env = _hub_env(tmp_path, f"http://127.0.0.1:{_closed_port()}")
+    code = f"from modeling_elmo import {loader}\n{loader}.from_pretrained('elmo-original')"
+    try:
+        result, seconds = _python(code, env, timeout=FAST * 2)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"no answer after {FAST * 2} s")
+    assert result.returncode != 0 and "OSError: 'elmo-original' is no folder" in result.stderr, result.stderr[-2000:]
+    assert "elmo download NAME" in result.stderr and seconds < FAST
+
+
+def test_silent_hub_times_out_quickly_in_the_command(tmp_path: Path):
+    """A Hub that accepts connections and never answers costs the command's probe timeout, not minutes."""
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(8)
@@ -448,21 +465,26 @@ def test_silent_hub_times_out_quickly(tmp_path: Path):
     thread.start()
     try:
         env = _hub_env(tmp_path, f"http://127.0.0.1:{server.getsockname()[1]}")
-        code = "from modeling_elmo import ElmoModel\nElmoModel.from_pretrained('some-user/some-model')"
-        result, seconds = _python(code, env, timeout=FAST * 4)
+        start = time.monotonic()
+        result = subprocess.run(
+            _embed_command(tmp_path, "some-user/some-model"),
+            input="a b\n", env=env, capture_output=True, text=True, timeout=FAST * 4, cwd=tmp_path,
+        )  # fmt: skip
+        seconds = time.monotonic() - start
     finally:
         stop.set()
         thread.join()
         for conn in held:
             conn.close()
         server.close()
-    assert result.returncode != 0 and "cannot be reached" in result.stderr and seconds < FAST
+    assert result.returncode == 1 and "cannot be reached" in result.stderr and seconds < FAST
 
 
-def test_offline_or_unreachable_hub_uses_the_cache(saved: Path, tmp_path: Path):
-    """A cached Hub model loads at once when the Hub cannot be reached; offline, a missing one is named."""
+def test_offline_hub_ids_load_from_the_cache_at_once(saved: Path, tmp_path: Path):
+    """HF_HUB_OFFLINE=1 (transformers' documented switch): a cached Hub model loads at once, a missing one fails
+    at once; the command also uses the cache when the Hub cannot be reached."""
     _cache_as_hub_model(saved, tmp_path, "some-user/cached")
-    env = _hub_env(tmp_path, f"http://127.0.0.1:{_closed_port()}")
+    env = {**_hub_env(tmp_path, f"http://127.0.0.1:{_closed_port()}"), "HF_HUB_OFFLINE": "1"}
     code = (
         "from modeling_elmo import ElmoModel\n"
         "m = ElmoModel.from_pretrained('some-user/cached')\n"
@@ -471,8 +493,14 @@ def test_offline_or_unreachable_hub_uses_the_cache(saved: Path, tmp_path: Path):
     result, seconds = _python(code, env)
     assert result.returncode == 0 and "layers 2" in result.stdout and seconds < FAST, result.stderr
     code = "from modeling_elmo import ElmoModel\nElmoModel.from_pretrained('some-user/not-cached')"
-    result, seconds = _python(code, {**env, "HF_HUB_OFFLINE": "1"})
-    assert "is not in the local Hugging Face cache" in result.stderr and seconds < FAST
+    result, seconds = _python(code, env)
+    assert result.returncode != 0 and "OSError" in result.stderr and seconds < FAST
+    del env["HF_HUB_OFFLINE"]
+    result = subprocess.run(
+        _embed_command(tmp_path, "some-user/cached"),
+        input="a b\n", env=env, capture_output=True, text=True, timeout=FAST * 2, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0 and (tmp_path / "o.hdf5").exists(), result.stderr[-2000:]
 
 
 @pytest.mark.parametrize("ids", [[10**12], [2**32], [5, 10**6], 10**12])

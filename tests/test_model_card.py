@@ -9,7 +9,7 @@ from huggingface_hub import EvalResult, ModelCard
 
 from modeling_elmo import ElmoConfig
 from modeling_elmo.commands.demo_model_card import DEMO_MODEL_DIR
-from modeling_elmo.model_card import GENERATED_MARKER, write_model_card
+from modeling_elmo.utils.model_card import GENERATED_MARKER, write_model_card
 
 TINY = dict(lstm_dim=32, projection_dim=8, char_cnn_filters=[[1, 4], [2, 4]], n_highway=1, char_embedding_dim=4)
 F1 = EvalResult(

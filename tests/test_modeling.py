@@ -9,12 +9,13 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from helpers import BATCHING_ATOL
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoScalarMix, ElmoTokenizer
 from modeling_elmo.utils.reference_elmo import reference_forward
 
-PARITY = 1e-5  # the bound; the originals agree with each other to about 1e-6
+PARITY = 1e-5  # the bound; the originals agree with each other to about 1e-6 (measured 1.1e-6 here)
 
 
 def tiny_config(**overrides) -> ElmoConfig:
@@ -143,7 +144,7 @@ def test_batched_matches_reference(overrides):
     for b, words in enumerate(SENTENCES):
         expected, _ = reference_forward(model, encode([words])["input_ids"][0])
         got = torch.stack([layer[b, : len(words)] for layer in layers])
-        torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+        torch.testing.assert_close(got, expected, atol=BATCHING_ATOL, rtol=0)
 
 
 def test_clipping_is_exercised():
@@ -165,7 +166,7 @@ def test_stateful_matches_reference_with_carried_states():
                 continue
             expected, states[b] = reference_forward(model, encode([words])["input_ids"][0], states[b])
             got = torch.stack([layer[b, : len(words)] for layer in layers])
-            torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+            torch.testing.assert_close(got, expected, atol=BATCHING_ATOL, rtol=0)
 
 
 def test_reset_states_restores_stateless_outputs():
@@ -173,10 +174,10 @@ def test_reset_states_restores_stateless_outputs():
     model = tiny_model(stateful=True)
     first = layers_of(model, SENTENCES)[-1]
     second = layers_of(model, SENTENCES)[-1]
-    torch.testing.assert_close(first, stateless, atol=1e-6, rtol=0)
+    torch.testing.assert_close(first, stateless, atol=BATCHING_ATOL, rtol=0)
     assert (second - first).abs().max() > 1e-4  # states were carried
     model.reset_states()
-    torch.testing.assert_close(layers_of(model, SENTENCES)[-1], stateless, atol=1e-6, rtol=0)
+    torch.testing.assert_close(layers_of(model, SENTENCES)[-1], stateless, atol=BATCHING_ATOL, rtol=0)
 
 
 # ------------------------------------------------------------------------------- statelessness
@@ -191,7 +192,7 @@ def test_sentence_alone_equals_sentence_in_batch_and_twice():
     in_batch = layers_of(model, batch)
     for a, b, c in zip(alone, again, in_batch, strict=True):
         assert (a[0] - b[0]).abs().max() <= 1e-6
-        assert (a[0] - c[2, : len(target)]).abs().max() <= 1e-6
+        assert (a[0] - c[2, : len(target)]).abs().max() <= BATCHING_ATOL
 
 
 def test_extra_padding_does_not_change_outputs():
@@ -239,7 +240,7 @@ def test_empty_batch_and_empty_sentences():
         assert out.elmo.shape == (2, 3, width) and torch.all(out.elmo == 0)
     mixed = layers_of(model, [[], ["word"], []])
     assert torch.all(mixed[-1][0] == 0) and torch.all(mixed[-1][2] == 0)
-    torch.testing.assert_close(mixed[-1][1, :1], layers_of(model, [["word"]])[-1][0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(mixed[-1][1, :1], layers_of(model, [["word"]])[-1][0], atol=BATCHING_ATOL, rtol=0)
 
 
 @pytest.mark.parametrize(
@@ -273,7 +274,8 @@ def test_scalar_mix_against_formula():
         mix.gamma.fill_(1.5)
     s = np.exp([0.5, -1.0, 2.0]) / np.exp([0.5, -1.0, 2.0]).sum()
     expected = 1.5 * sum(s[j] * layers[j].numpy() for j in range(3)) * mask.unsqueeze(-1).numpy()
-    np.testing.assert_allclose(mix(layers, mask).detach().numpy(), expected, atol=1e-6)
+    # float32 vs float64, a weighted sum of 3 terms (|x| < 5, ulp 4.8e-7): measured 1.7e-7; a wrong weight, > 1e-2.
+    np.testing.assert_allclose(mix(layers, mask).detach().numpy(), expected, atol=1e-5)
     assert mix.l2_penalty().item() == pytest.approx(0.25 + 1.0 + 4.0)
 
 
@@ -389,7 +391,7 @@ def test_auto_classes_and_public_api(converted_fixture):
     assert len(out.hidden_states) == config.n_layers + 1
     assert all(h.shape == (2, 4, 2 * config.projection_dim) for h in out.hidden_states)
     raw = tok("The cat sat.", return_tensors="pt")
-    torch.testing.assert_close(model(**raw).elmo[0], out.elmo[0], atol=1e-6, rtol=0)
+    torch.testing.assert_close(model(**raw).elmo[0], out.elmo[0], atol=BATCHING_ATOL, rtol=0)
     as_tuple = model(**enc, return_dict=False)
     assert torch.equal(as_tuple[0], out.elmo)
 

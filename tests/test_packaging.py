@@ -15,10 +15,12 @@ REPO = Path(__file__).resolve().parents[1]
 SHIPPED = {
     "__init__.py",
     "characters.py",
+    "checks_elmo.py",
     "configuration_elmo.py",
     "crf.py",
-    "hub_elmo.py",
-    "model_card.py",
+    "fast_path_elmo.py",
+    "lstm_state_elmo.py",
+    "manylangs.py",
     "modeling_elmo.py",
     "modeling_elmo_classification.py",
     "modeling_elmo_pretraining.py",
@@ -64,12 +66,14 @@ def test_wheel_installs_only_the_package(wheel):
     path, _ = wheel
     names = zipfile.ZipFile(path).namelist()
     top = {name.split("/")[0] for name in names}
-    # No generic top-level modules (configuration_elmo.py, convert_original_weights.py are checkout entries).
-    assert {t for t in top if not t.endswith(".dist-info")} == {"modeling_elmo"}, top
+    # No generic top-level modules (configuration_elmo.py, convert_original_weights.py are checkout entries); the
+    # `elmo` command's module lives beside the package, so that `elmo --help` does not import it.
+    assert {t for t in top if not t.endswith(".dist-info")} == {"modeling_elmo", "elmo_cli.py"}, top
     package = {name.split("/", 1)[1] for name in names if name.startswith("modeling_elmo/") and name.count("/") == 1}
     assert package == SHIPPED, package ^ SHIPPED
     demo = {Path(n).name for n in names if n.startswith("modeling_elmo/commands/demo_model/")}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"} <= demo
+    assert not [n for n in demo if n.endswith(".py")]  # the demo model is data only
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
 
@@ -84,7 +88,7 @@ def test_wheel_metadata(wheel):
     extras = set(meta.get_all("Provides-Extra"))
     assert {"train", "export", "test", "dev"} <= extras
     entry_points = archive.read(meta_name.replace("METADATA", "entry_points.txt")).decode()
-    assert "elmo = modeling_elmo.commands.cli:main" in entry_points
+    assert "elmo = elmo_cli:main" in entry_points
     assert "elmo-convert = modeling_elmo.commands.convert:main" in entry_points
 
 
@@ -114,7 +118,7 @@ def _run_without(modules: str, code: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("command", ["train-lm", "train-tagger"])
 def test_training_command_without_its_extra_names_the_extra(command):
-    code = f"from modeling_elmo.commands.cli import main; raise SystemExit(main([{command!r}, '--help']))"
+    code = f"from elmo_cli import main; raise SystemExit(main([{command!r}, '--help']))"
     done = _run_without("accelerate", code)
     assert done.returncode == 1, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()

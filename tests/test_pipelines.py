@@ -1,18 +1,26 @@
-"""Pipelines on ELMo models (issue 15 item 1, issue 13 item 19): a CRF tagger's pipeline decodes with Viterbi, as
-``predict`` does, and scores each word by its CRF marginal; transformers' own ``token-classification`` task reaches
-that pipeline for ELMo taggers (and only for them); batched pipelines equal one sentence at a time."""
+"""Pipelines on ELMo models (issues 15, 13 and 27): a CRF tagger's ``logits`` are its max-marginals, so transformers'
+stock ``token-classification`` pipeline (the generalised class registered for it) gives the Viterbi tags, also on a
+tagger trained by ``elmo train-tagger`` and saved as a plain folder; the generalised class is the stock class for
+every other model; the stock ``text-classification`` and ``feature-extraction`` pipelines serve ELMo folders."""
 
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 import torch
-from helpers import TINY_SIZES
+from helpers import BATCHING_ATOL, TINY_SIZES
 from transformers import pipeline
 from transformers.pipelines import TokenClassificationPipeline
 
-from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from modeling_elmo import (
+    ElmoConfig,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+)
 from modeling_elmo.pipelines_elmo import ElmoTokenClassificationPipeline
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -54,32 +62,26 @@ def tagger() -> ElmoForTokenClassification:
     return crf_tagger()
 
 
-@pytest.fixture(scope="module")
-def marginals(tagger) -> dict[str, torch.Tensor]:
-    """Brute-force marginals of each sentence (computed once: 5^7 paths for the longest)."""
-    return {sentence: brute_force_marginals(tagger, sentence) for sentence in SENTENCES}
-
-
 def words_of(sentence: str) -> list[str]:
     return sentence.split()
 
 
-def brute_force_marginals(model: ElmoForTokenClassification, sentence: str) -> torch.Tensor:
-    """``(words, K)``: ``p(y_t = k)`` summed over every tag path of the sentence, each weighted by its CRF probability
-    (``exp(log_likelihood)``), float64."""
+def brute_force_max_marginals(model: ElmoForTokenClassification, sentence: str) -> torch.Tensor:
+    """``(words, K)``: per word and tag, the best score (``crf.path_score``) of all tag paths through that tag,
+    over every path of the sentence (5^7 for the longest), float64."""
     batch = TOKENIZER([sentence], return_tensors="pt")
     with torch.no_grad():
-        emissions = model(**batch).logits.double()  # (1, n, K)
+        emissions = model(**batch).emissions.double()  # (1, n, K)
     crf = model.crf.double()
     n, k = emissions.shape[1], emissions.shape[2]
     paths = torch.tensor(list(itertools.product(range(k), repeat=n)))  # (K^n, n)
     with torch.no_grad():
-        probabilities = crf.log_likelihood(emissions.expand(len(paths), -1, -1), paths).exp()  # (K^n,)
+        scores = crf.path_score(emissions.expand(len(paths), -1, -1), paths)  # (K^n,)
     crf.float()
-    marginals = torch.zeros(n, k, dtype=torch.float64)
+    best = torch.full((n, k), float("-inf"), dtype=torch.float64)
     for t in range(n):
-        marginals[t].index_add_(0, paths[:, t], probabilities)
-    return marginals
+        best[t].scatter_reduce_(0, paths[:, t], scores, reduce="amax")
+    return best
 
 
 def bio_spans(words: list[str], tags: list[str]) -> list[tuple[str, str]]:
@@ -96,38 +98,50 @@ def bio_spans(words: list[str], tags: list[str]) -> list[tuple[str, str]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 15 item 1: CRF taggers decode with Viterbi in the pipeline, scored by marginals
+# CRF logits are max-marginals: their argmax is the Viterbi path
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("task", ["token-classification", "ner", "elmo-token-classification"])
-@pytest.mark.parametrize("batch_size", [1, 2])
-def test_crf_pipeline_tags_equal_predict_and_scores_are_marginals(tagger, marginals, task, batch_size):
-    ner = pipeline(task, model=tagger, tokenizer=TOKENIZER, ignore_labels=[])
-    assert type(ner) is ElmoTokenClassificationPipeline
+def test_crf_logits_are_the_max_marginals_and_their_argmax_is_viterbi(tagger):
+    for sentence in SENTENCES:
+        batch = TOKENIZER([sentence], return_tensors="pt")
+        with torch.no_grad():
+            out = tagger(**batch)
+        # float32 recursion against float64 enumeration: sums of ~10 terms of size ~3 (measured <= 1e-5); tags only
+        # forbidden paths reach score ~-1e4 (FORBIDDEN_SCORE), where float32's step is ~1e-3 (measured 4e-8 relative)
+        expected = brute_force_max_marginals(tagger, sentence)
+        torch.testing.assert_close(out.logits[0].double(), expected, atol=1e-4, rtol=1e-6)
+        viterbi = tagger.crf.viterbi_tags(out.emissions)[0]
+        assert torch.equal(out.logits[0].argmax(dim=-1), viterbi)
+
+
+def test_crf_pipeline_gives_the_viterbi_tags_where_the_emissions_argmax_does_not(tagger):
     batch = TOKENIZER([words_of(s) for s in SENTENCES], is_split_into_words=True, padding=True, return_tensors="pt")
     predicted = tagger.predict(**batch)
     with torch.no_grad():
-        argmax = tagger(**batch).logits.argmax(dim=-1)
-    # The case the issue is about: the emissions' argmax (the stock pipeline's decoding) is not the CRF's path.
+        out = tagger(**batch)
+    # The case that matters: the emissions' argmax (what the stock pipeline would give on emissions) is not the path.
     differ = sum(
         tagger.config.id2label[int(a)] != p
-        for row, tags in zip(argmax, predicted, strict=True)
+        for row, tags in zip(out.emissions.argmax(dim=-1), predicted, strict=True)
         for a, p in zip(row, tags, strict=False)
     )
     assert differ >= 3, f"the test tagger's emissions agree with Viterbi ({differ} words differ)"
-
-    results = ner(SENTENCES, batch_size=batch_size)
-    for sentence, result, tags in zip(SENTENCES, results, predicted, strict=True):
-        assert [e["word"] for e in result] == words_of(sentence)
-        assert [e["entity"] for e in result] == tags
-        for entity in result:
-            assert sentence[entity["start"] : entity["end"]] == entity["word"]
-        expected = marginals[sentence]  # (words, K)
-        label_ids = [tagger.config.label2id[tag] for tag in tags]
-        scores = torch.tensor([float(e["score"]) for e in result], dtype=torch.float64)
-        torch.testing.assert_close(scores, expected[range(len(tags)), label_ids], atol=1e-5, rtol=0)
-        assert all(0 < score <= 1 for score in scores.tolist())
+    for task in ("token-classification", "ner"):
+        ner = pipeline(task, model=tagger, tokenizer=TOKENIZER, ignore_labels=[])
+        assert type(ner) is ElmoTokenClassificationPipeline
+        for batch_size in (1, 2):
+            results = ner(SENTENCES, batch_size=batch_size)
+            for row, (sentence, result, tags) in enumerate(zip(SENTENCES, results, predicted, strict=True)):
+                assert [e["word"] for e in result] == words_of(sentence)
+                assert [e["entity"] for e in result] == tags
+                for entity in result:
+                    assert sentence[entity["start"] : entity["end"]] == entity["word"]
+                # The stock score: the softmax of the logits (here max-marginals) at the chosen tag.
+                n = len(tags)
+                expected = out.logits[row, :n].softmax(dim=-1).max(dim=-1).values
+                got = torch.tensor([float(e["score"]) for e in result])
+                torch.testing.assert_close(got, expected, atol=BATCHING_ATOL, rtol=0)
 
 
 def test_crf_pipeline_aggregation_gives_the_viterbi_spans(tagger):
@@ -150,17 +164,6 @@ def test_crf_pipeline_aggregation_gives_the_viterbi_spans(tagger):
     assert [(g["entity_group"], g["word"]) for g in split] == bio_spans(words_of(SENTENCES[0]), predicted[0])
 
 
-def test_crf_pipeline_on_a_saved_tagger_folder(tagger, tmp_path):
-    """A saved folder, through the registered task (no remote code) and through its own copy of the pipeline
-    (``trust_remote_code=True``, the way users without the package reach it): Viterbi tags in both."""
-    tagger.save_pretrained(tmp_path)
-    TOKENIZER.save_pretrained(tmp_path)
-    expected = [e["entity"] for e in pipeline("token-classification", model=tagger, tokenizer=TOKENIZER)(SENTENCES[0])]
-    for kwargs in ({"task": "elmo-token-classification"}, {"task": "token-classification", "trust_remote_code": True}):
-        ner = pipeline(model=str(tmp_path), **kwargs)
-        assert [e["entity"] for e in ner(SENTENCES[0])] == expected
-
-
 def test_softmax_tagger_pipeline_keeps_argmax_and_softmax_scores():
     tagger = crf_tagger()
     tagger.crf = None  # the same head decoded by a per-word softmax
@@ -170,29 +173,143 @@ def test_softmax_tagger_pipeline_keeps_argmax_and_softmax_scores():
         probabilities = tagger(**TOKENIZER(SENTENCES[0], return_tensors="pt")).logits[0].softmax(dim=-1)
     assert [e["entity"] for e in result] == [tagger.config.id2label[int(i)] for i in probabilities.argmax(dim=-1)]
     torch.testing.assert_close(
-        torch.tensor([float(e["score"]) for e in result]), probabilities.max(dim=-1).values, atol=1e-6, rtol=0
+        torch.tensor([float(e["score"]) for e in result]), probabilities.max(dim=-1).values, atol=BATCHING_ATOL, rtol=0
     )
 
 
-def test_other_models_keep_transformers_own_token_classification_pipeline():
-    """The routing of "token-classification" to the ELMo pipeline touches ELMo taggers only."""
+# ---------------------------------------------------------------------------------------------
+# A tagger trained by `elmo train-tagger`, saved as a plain folder: the stock task, no remote code
+# ---------------------------------------------------------------------------------------------
+
+
+def _conll_sentences(path, count: int) -> list[list[str]]:
+    sentences, words = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("-DOCSTART-"):
+            continue
+        if not line.strip():
+            if words:
+                sentences.append(words)
+                words = []
+            if len(sentences) == count:
+                break
+            continue
+        words.append(line.split()[0])
+    return sentences
+
+
+@pytest.fixture(scope="module")
+def trained_tagger(shared_data_dir, tmp_path_factory):
+    pytest.importorskip("datasets")
+    pytest.importorskip("seqeval")
+    from elmo_cli import demo_model_path
+    from modeling_elmo.training import train_tagger
+
+    out = tmp_path_factory.mktemp("trained") / "tagger"
+    args = (
+        f"--bilm {demo_model_path()} --train_file {shared_data_dir / 'conll2003' / 'train.txt'} "
+        f"--max_train_sentences 800 --output_dir {out} --max_steps 100 --per_device_train_batch_size 16 "
+        "--learning_rate 0.01 --hidden_size 16 --num_layers 1 --word_dim 8 "
+        "--eval_strategy no --disable_tqdm true --use_cpu --seed 0"
+    ).split()
+    assert train_tagger.main(args) == 0
+    return out
+
+
+def test_stock_pipeline_on_a_trained_crf_tagger_folder_gives_viterbi_on_every_dev_word(trained_tagger, shared_data_dir):
+    """The issue's "done when": `import modeling_elmo`, then `pipeline("token-classification", model=FOLDER)` on a
+    CRF tagger written by `elmo train-tagger`, without trust_remote_code, on CoNLL dev sentences."""
+    files = sorted(os.listdir(trained_tagger))
+    assert not [f for f in files if f.endswith(".py")], files
+    config = ElmoConfig.from_pretrained(trained_tagger)
+    assert not getattr(config, "custom_pipelines", None) and not getattr(config, "auto_map", None)
+    assert config.use_crf
+
+    sentences = _conll_sentences(shared_data_dir / "conll2003" / "dev.txt", 120)
+    ner = pipeline("token-classification", model=str(trained_tagger), ignore_labels=[])
+    model, tokenizer = ner.model, ner.tokenizer
+    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt", return_vocab_ids=True)
+    viterbi = model.predict(**batch)
+    with torch.no_grad():
+        out = model(**batch)
+    mask = batch["attention_mask"].bool()
+    # argmax of the logits == the Viterbi path, word by word (ties: see docs/transformers-integration.md)
+    assert torch.equal(out.logits.argmax(dim=-1)[mask], model.crf.viterbi_tags(out.emissions, mask)[mask])
+    results = ner(sentences, is_split_into_words=True, batch_size=8)  # CoNLL's words, as the tagger was trained
+    words_seen = 0
+    for words, result, tags in zip(sentences, results, viterbi, strict=True):
+        assert [e["word"] for e in result] == words
+        assert [e["entity"] for e in result] == tags
+        words_seen += len(words)
+    assert words_seen > 1500
+    assert len({tag for tags in viterbi for tag in tags}) > 2  # a tagger that tags, not all "O"
+
+
+# ---------------------------------------------------------------------------------------------
+# The generalised class is the stock class for every other model (side by side)
+# ---------------------------------------------------------------------------------------------
+
+
+def _small_bert(vocab: dict[str, int], wordpiece: bool):
+    """A small BERT token classifier built from a config (random weights, no download) and a local tokenizer."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import BertConfig, BertForTokenClassification, PreTrainedTokenizerFast
 
-    words = Tokenizer(models.WordLevel({"[UNK]": 0, "[PAD]": 1, "a": 2, "b": 3}, unk_token="[UNK]"))
+    model = models.WordPiece(vocab, unk_token="[UNK]") if wordpiece else models.WordLevel(vocab, unk_token="[UNK]")
+    words = Tokenizer(model)
     words.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=words, unk_token="[UNK]", pad_token="[PAD]")
     config = BertConfig(
-        vocab_size=4, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8, num_labels=2
+        vocab_size=len(vocab),
+        hidden_size=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=8,
+        id2label={0: "O", 1: "B-X", 2: "I-X"},
+        label2id={"O": 0, "B-X": 1, "I-X": 2},
     )
-    ner = pipeline("token-classification", model=BertForTokenClassification(config).eval(), tokenizer=tokenizer)
-    assert type(ner) is TokenClassificationPipeline
-    assert [e["word"] for e in ner("a b", ignore_labels=[])] == ["a", "b"]
+    torch.manual_seed(3)
+    return BertForTokenClassification(config).eval(), tokenizer
+
+
+@pytest.mark.parametrize("wordpiece", [False, True])
+def test_other_models_get_the_same_results_as_from_the_stock_class(wordpiece):
+    vocab = {"[UNK]": 0, "[PAD]": 1, "a": 2, "b": 3, "##a": 4, "##b": 5, "c": 6}
+    model, tokenizer = _small_bert(vocab, wordpiece)
+    registered = pipeline("token-classification", model=model, tokenizer=tokenizer)
+    assert type(registered) is ElmoTokenClassificationPipeline and isinstance(registered, TokenClassificationPipeline)
+    stock = TokenClassificationPipeline(model=model, tokenizer=tokenizer)
+    texts = ["a b ab", "ba c a", "zz a"]
+    for strategy in ("none", "simple", "first", "average", "max"):
+        for batch_size in (1, 2):
+            kwargs = {"aggregation_strategy": strategy, "ignore_labels": [], "batch_size": batch_size}
+            assert registered(texts, **kwargs) == stock(texts, **kwargs), strategy
+    words = [["a", "b"], ["ab", "c"]]
+    kwargs = {"is_split_into_words": True, "ignore_labels": []}
+    assert registered(words, **kwargs) == stock(words, **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------
-# Issue 13 item 19: batched pipelines on sentences of different lengths
+# The stock text-classification and feature-extraction pipelines on ELMo folders
 # ---------------------------------------------------------------------------------------------
+
+
+def test_stock_text_classification_pipeline_on_a_saved_classifier_folder(tmp_path):
+    config = ElmoConfig(**TINY_SIZES, id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1})
+    torch.manual_seed(0)
+    model = ElmoForSequenceClassification(config).eval()
+    model.save_pretrained(tmp_path)
+    TOKENIZER.save_pretrained(tmp_path)
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".py")]
+    classify = pipeline("text-classification", model=str(tmp_path))
+    texts = ["the cat sat on the mat .", "hi", "Paris is big"]
+    with torch.no_grad():
+        probabilities = [model(**TOKENIZER(t, return_tensors="pt")).logits[0].softmax(-1) for t in texts]
+    for batch_size in (1, 2):
+        results = classify(texts, batch_size=batch_size)
+        for result, p in zip(results, probabilities, strict=True):
+            assert result["label"] == config.id2label[int(p.argmax())]
+            assert abs(result["score"] - float(p.max())) < 1e-5
 
 
 def test_stock_feature_extraction_pipeline_with_a_stateful_model_and_two_mixes():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from elmo_cli import DEMO_MODEL_DIR, main
 from modeling_elmo import ElmoModel
-from modeling_elmo.commands.cli import DEMO_MODEL_DIR, main
 from modeling_elmo.utils.plots import save_scalar_mix_plot, scalar_mix_weights
 
 pytest.importorskip("matplotlib")

@@ -16,6 +16,7 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import BATCHING_ATOL
 from huggingface_hub import ModelCard
 
 from modeling_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
@@ -449,8 +450,8 @@ def test_stream_states_match_the_sentence_model():
         enc = ElmoTokenizer(vocab=vocab)([words], is_split_into_words=True, return_tensors="pt")
         top = model.elmo(enc["input_ids"], output_hidden_states=True).hidden_states[-1][0]  # (6, 2P)
     forward, backward = top.chunk(2, dim=-1)
-    torch.testing.assert_close(stream[0, 0, 1:], forward, atol=1e-6, rtol=0)  # after <S> w_1 .. w_k
-    torch.testing.assert_close(stream[1, 0, 1:].flip(0), backward, atol=1e-6, rtol=0)  # after </S> w_n .. w_k
+    torch.testing.assert_close(stream[0, 0, 1:], forward, atol=BATCHING_ATOL, rtol=0)  # after <S> w_1 .. w_k
+    torch.testing.assert_close(stream[1, 0, 1:].flip(0), backward, atol=BATCHING_ATOL, rtol=0)  # after </S> w_n .. w_k
 
 
 def test_stream_states_carry_over_between_batches():
@@ -470,7 +471,7 @@ def test_stream_states_carry_over_between_batches():
         expected = model.stream_hidden_states(whole["input_ids"], whole["backward_input_ids"])
         model.reset_stream_states()
         parts = [model.stream_hidden_states(b["input_ids"], b["backward_input_ids"]) for b in (first, second)]
-        torch.testing.assert_close(torch.cat(parts, dim=2), expected, atol=1e-6, rtol=0)
+        torch.testing.assert_close(torch.cat(parts, dim=2), expected, atol=BATCHING_ATOL, rtol=0)
         model.reset_stream_states()
         again = model.stream_hidden_states(first["input_ids"], first["backward_input_ids"])
         torch.testing.assert_close(again, parts[0], atol=0, rtol=0)

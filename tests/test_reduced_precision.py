@@ -19,6 +19,7 @@ import torch
 from helpers import TINY
 from transformers import BertConfig, BertForTokenClassification
 
+import elmo_cli as cli
 from modeling_elmo import (
     ElmoConfig,
     ElmoForPreTraining,
@@ -28,7 +29,6 @@ from modeling_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
-from modeling_elmo.commands import cli
 from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
 from modeling_elmo.utils.quantize_elmo import Int8BiLstmLayer, Int8Linear, needs_reduced_range, quantize_int8
 
@@ -339,9 +339,11 @@ def test_embed_dtype_and_quantize_reach_the_model(tiny_dir, tmp_path, capsys):
             assert f.attrs["precision"] == name
             vectors[name] = f["0"][()]
     assert vectors["float32"].dtype == vectors["bfloat16"].dtype == vectors["int8"].dtype == np.float32
+    # Values up to 2e-3: measured 1.6e-5 (bfloat16) and 1.8e-5 (int8), default and AVX2 kernels; by the cosines above,
+    # 7-bit int8 (no VNNI) errs up to ~6x more. 0.05 (before) let even zero vectors pass.
     for name in ("bfloat16", "int8"):  # the flag changed the computation, and only slightly
         assert not np.array_equal(vectors[name], vectors["float32"])
-        np.testing.assert_allclose(vectors[name], vectors["float32"], atol=0.05)
+        np.testing.assert_allclose(vectors[name], vectors["float32"], atol=5e-4)
 
     code = cli.main(["embed", str(text), "-o", str(tmp_path / "x.hdf5"), "--model", str(tiny_dir)]
                     + ["--dtype", "bfloat16", "--quantize", "int8"])  # fmt: skip

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import TINY
+from helpers import BATCHING_ATOL, TINY
 from transformers import (
     AutoModelForSequenceClassification,
     DataCollatorWithPadding,
@@ -28,7 +28,7 @@ from transformers import (
 
 from modeling_elmo import ElmoConfig, ElmoForSequenceClassification, ElmoModel, ElmoTokenizer
 from modeling_elmo.modeling_elmo_classification import pool_words
-from modeling_elmo.pipelines_elmo import ElmoTextClassificationPipeline
+from modeling_elmo.utils.hub import save_with_remote_code
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -156,15 +156,11 @@ def test_save_reload_same_logits_frozen_again(trained, tmp_path):
     assert isinstance(loaded, ElmoForSequenceClassification)
     assert not any(p.requires_grad for p in loaded.elmo.bilm.parameters())
     assert loaded.classifier.weight.requires_grad
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits, atol=1e-6, rtol=0)
+    with torch.no_grad():  # the reloaded model is not bitwise the trained one here: 7.2e-7 seen
+        torch.testing.assert_close(loaded(**batch).logits, model(**batch).logits, atol=BATCHING_ATOL, rtol=0)
     config = json.loads((trained["folder"] / "config.json").read_text())
-    assert config["auto_map"]["AutoModelForSequenceClassification"] == (
-        "modeling_elmo_classification.ElmoForSequenceClassification"
-    )
-    assert config["custom_pipelines"]["text-classification"]["impl"] == "pipelines_elmo.ElmoTextClassificationPipeline"
-    assert (trained["folder"] / "modeling_elmo_classification.py").is_file()
-    assert "pipeline_tag: text-classification" in (trained["folder"] / "README.md").read_text()
+    assert "auto_map" not in config and "custom_pipelines" not in config  # a plain folder (issue 27)
+    assert not [f for f in os.listdir(trained["folder"]) if f.endswith(".py")]
 
 
 def test_a_bilm_folder_loads_into_the_classifier_and_sizes_must_fit(tiny_dir, tmp_path):
@@ -263,7 +259,7 @@ def test_pooling_and_padding_independence(pooling):
     with torch.no_grad():
         together = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
         alone = torch.cat([model(**tokenizer([t], return_tensors="pt")).logits for t in texts])
-    torch.testing.assert_close(together, alone, atol=1e-6, rtol=0)
+    torch.testing.assert_close(together, alone, atol=BATCHING_ATOL, rtol=0)
 
 
 def test_config_fields_are_validated_and_counted():
@@ -291,29 +287,31 @@ def test_text_classification_pipeline_labels_and_scores(trained):
     """Raw text in, ``{"label", "score"}`` out, the scores the model's softmax, also batched (the collation pads
     the ids with the <pad> word's id, 10003 for this vocabulary: not a character id) and with ``top_k=None``."""
     folder = trained["folder"]
-    classify = pipeline("elmo-text-classification", model=str(folder))
-    assert isinstance(classify, ElmoTextClassificationPipeline)
+    classify = pipeline("text-classification", model=str(folder))  # the stock pipeline, no remote code
+    assert type(classify) is TextClassificationPipeline
     texts = ["the film was great", "it felt dull and the story of two people in town was long"]
     results = classify(texts, batch_size=2)
     assert [r["label"] for r in results] == ["positive", "negative"]
     model, tokenizer = trained["model"], trained["tokenizer"]
     with torch.no_grad():
         probabilities = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits.softmax(dim=-1)
-    np.testing.assert_allclose([r["score"] for r in results], probabilities.max(dim=-1).values.numpy(), atol=1e-6)
+    np.testing.assert_allclose(
+        [r["score"] for r in results], probabilities.max(dim=-1).values.numpy(), atol=BATCHING_ATOL
+    )
     every = classify("a great story", top_k=None)
     assert [e["label"] for e in every] == ["positive", "negative"] and abs(sum(e["score"] for e in every) - 1) < 1e-6
 
     words = ["<S>", "</S>", "<UNK>", *(f"w{i}" for i in range(10000))]
     big = ElmoTokenizer(vocab={word: i for i, word in enumerate(words)})
     assert big.pad_token_id == 10003
-    batched = pipeline("elmo-text-classification", model=model, tokenizer=big)
-    assert [r["label"] for r in batched(texts, batch_size=2)] == ["positive", "negative"]
-    # The stock pipeline too: batched, it pads the ids with the <pad> word's id, which the model ignores there.
-    stock = pipeline("text-classification", model=model, tokenizer=big, pipeline_class=TextClassificationPipeline)
+    # Batched, the stock pipeline pads the ids with the <pad> word's id, which the model ignores there.
+    stock = pipeline("text-classification", model=model, tokenizer=big)
     for batch_size in (1, 2):
         got = stock(texts, batch_size=batch_size)
         assert [r["label"] for r in got] == ["positive", "negative"]
-        np.testing.assert_allclose([r["score"] for r in got], probabilities.max(dim=-1).values.numpy(), atol=1e-6)
+        np.testing.assert_allclose(
+            [r["score"] for r in got], probabilities.max(dim=-1).values.numpy(), atol=BATCHING_ATOL
+        )
 
 
 # ---------------------------------------------------------------- remote code
@@ -372,8 +370,10 @@ def test_remote_code_loads_without_the_package(trained, tmp_path):
     }
     env.pop("PYTHONPATH", None)
     script = f"TEXTS = {texts!r}\n{REMOTE_SCRIPT}"
+    folder = tmp_path / "with-code"
+    save_with_remote_code(trained["model"], trained["tokenizer"], folder)  # remote code on request
     done = subprocess.run(
-        [sys.executable, "-I", "-c", script, str(REPO), str(trained["folder"]), str(tmp_path)],
+        [sys.executable, "-I", "-c", script, str(REPO), str(folder), str(tmp_path)],
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -385,10 +385,10 @@ def test_remote_code_loads_without_the_package(trained, tmp_path):
     assert report["from_repo"] == []
     assert report["classes"][0].startswith("transformers_modules.")
     assert report["classes"][0].endswith("modeling_elmo_classification.ElmoForSequenceClassification")
-    assert report["classes"][1].endswith("pipelines_elmo.ElmoTextClassificationPipeline")
+    assert report["classes"][1] == "transformers.pipelines.text_classification.TextClassificationPipeline"
     assert report["frozen"]
     assert [r["label"] for r in report["results"]] == ["positive", "negative"]
     model, tokenizer = trained["model"], trained["tokenizer"]
     with torch.no_grad():
         expected = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits
-    np.testing.assert_allclose(report["logits"], expected.numpy(), atol=1e-6)
+    np.testing.assert_allclose(report["logits"], expected.numpy(), atol=BATCHING_ATOL)

@@ -592,23 +592,20 @@ def test_unknown_word_markers_stay_whole():
     assert words == ["The", "<unk>", "sat", "on", "the", "<UNK>", "mat", ",", "a", "<unk>", ".", "<", "b", ">"]
 
 
-def test_a_save_names_its_code_without_the_package_registering_anything(tmp_path):
-    """The package's import registers nothing eagerly any more (issue 15 item 4): the tokenizer itself says which
-    Auto class it belongs to, so that a save made with only the tokenizer module imported still writes auto_map and
-    its code (and loads without the package, with trust_remote_code=True)."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
+def test_a_save_is_plain_unless_remote_code_is_asked_for(tmp_path):
+    """Issue 27: a saved tokenizer holds no code and no auto_map; inside ``remote_code`` (transformers'
+    register_for_auto_class) it names its code and copies it, and afterwards saves are plain again."""
+    from modeling_elmo import ElmoConfig, ElmoModel
+    from modeling_elmo.utils.hub import remote_code
 
-    repo = Path(__file__).resolve().parent.parent
-    code = (
-        "import sys\nfrom modeling_elmo.tokenization_elmo import ElmoTokenizer\n"
-        "ElmoTokenizer().save_pretrained(sys.argv[1])"
-    )
-    env = dict(os.environ, PYTHONPATH=str(repo))
-    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    config = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    ElmoTokenizer().save_pretrained(tmp_path / "plain")
+    assert "auto_map" not in json.loads((tmp_path / "plain" / "tokenizer_config.json").read_text())
+    assert not (tmp_path / "plain" / "tokenization_elmo.py").exists()
+    model = ElmoModel(ElmoConfig(lstm_dim=16, projection_dim=8, char_embedding_dim=4, char_cnn_filters=[[1, 4]]))
+    with remote_code(model, ElmoTokenizer()):
+        ElmoTokenizer().save_pretrained(tmp_path / "code")
+    config = json.loads((tmp_path / "code" / "tokenizer_config.json").read_text())
     assert config["auto_map"]["AutoTokenizer"][0] == "tokenization_elmo.ElmoTokenizer"
-    assert (tmp_path / "tokenization_elmo.py").is_file()
+    assert (tmp_path / "code" / "tokenization_elmo.py").is_file()
+    ElmoTokenizer().save_pretrained(tmp_path / "again")
+    assert "auto_map" not in json.loads((tmp_path / "again" / "tokenizer_config.json").read_text())

@@ -15,8 +15,9 @@ import pytest
 import torch
 from huggingface_hub import ModelCard
 
-from modeling_elmo.commands import cli
+import elmo_cli as cli
 from modeling_elmo.training import train_lm
+from modeling_elmo.utils.token_cache import build_token_cache
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_LM = (
@@ -314,9 +315,26 @@ def test_token_cache_progress_bar_obeys_transformers_switch(tiny_dir, capsys):
     capsys.readouterr()
     hf_logging.disable_progress_bar()
     try:
-        model.build_token_cache(["cat", "dog", "fish"])
+        build_token_cache(model, ["cat", "dog", "fish"])
     finally:
         hf_logging.enable_progress_bar()
     assert "Caching word vectors" not in capsys.readouterr().err
-    model.build_token_cache(["cat", "dog", "fish"])
+    build_token_cache(model, ["cat", "dog", "fish"])
     assert "Caching word vectors" in capsys.readouterr().err
+
+
+def test_a_missing_model_folder_is_named(tmp_path, capsys):
+    """Issue 26, 9: a missing folder is said to be missing, not reported as a badly formed Hub repo id."""
+    train = tmp_path / "t.txt"
+    train.write_text("a b c\n")
+    base = ["--train_file", str(train), "--output_dir", str(tmp_path / "out")]
+    missing = tmp_path / "missing" / "folder"
+    assert train_lm.main([*base, "--model_name_or_path", str(missing)]) == 1
+    line = _error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: --model_name_or_path {missing}: no such folder"), line
+    assert "Repo id" not in line
+    (tmp_path / "empty").mkdir()
+    assert train_lm.main([*base, "--model_name_or_path", str(tmp_path / "empty")]) == 1
+    assert "the folder has no config.json" in _error_line(capsys.readouterr().err)
+    assert train_lm.main([*base, "--model_name_or_path", str(train)]) == 1
+    assert f"--model_name_or_path {train}: not a folder" in _error_line(capsys.readouterr().err)

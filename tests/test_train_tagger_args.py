@@ -340,3 +340,23 @@ def test_time_budget_bounds_training_and_the_dev_set_is_evaluated_once(budget_fi
     assert trained >= BUDGET and metrics["train_seconds"] >= BUDGET
     steps = [s for s, _ in recorder.evaluations]
     assert steps.count(metrics["train_steps"]) <= 1  # the last step is not evaluated twice
+
+
+@pytest.mark.parametrize("max_words", [-1, -5, 2.5, True])
+def test_encode_dataset_refuses_a_negative_max_words(max_words):
+    """Issue 26, 11: ``sentence[:-1]`` would silently drop each sentence's last word; the CLI refuses -1, and so
+    does the function."""
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict({"tokens": [["a", "b", "c"]], "tags": [["O", "O", "O"]]})
+    with pytest.raises(ValueError, match="max_words must be"):
+        train_tagger.encode_dataset(dataset, ElmoTokenizer(), {"O": 0}, False, max_words)
+
+
+@pytest.mark.parametrize(("max_words", "kept"), [(None, 3), (0, 3), (2, 2)])
+def test_encode_dataset_max_words_cuts_or_keeps(max_words, kept):
+    from datasets import Dataset
+
+    dataset = Dataset.from_dict({"tokens": [["a", "b", "c"]], "tags": [["O", "O", "O"]]})
+    encoded = train_tagger.encode_dataset(dataset, ElmoTokenizer(), {"O": 0}, False, max_words)
+    assert encoded[0]["length"] == kept and encoded[0]["labels"] == [0] * kept

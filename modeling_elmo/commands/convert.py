@@ -13,7 +13,8 @@ and ``ElmoTokenizer.from_pretrained(OUT)`` (or the Auto classes once ``modeling_
 The folder is written next to ``OUT`` inside a marked staging folder (``.OUT.partial-PID-*``) and swapped into
 place at the end (one atomic ``renameat2(RENAME_EXCHANGE)`` on Linux), so a failed conversion leaves nothing behind,
 and a killed one never a half-written or missing ``OUT``: only the hidden staging folder, which the next conversion
-to ``OUT`` removes (restoring the old ``OUT`` first where a kill fell between the two renames of the fallback).
+to ``OUT`` removes (restoring the old ``OUT`` first where a kill fell between the two renames of the fallback), before
+it checks ``OUT``: a run without ``--overwrite`` then refuses the restored folder, and never replaces anything.
 Only folders that carry the marker of a conversion whose process is gone are removed. A lock file
 ``.OUT.lock`` (``flock``) lets one conversion at a time write ``OUT``; the other fails with a clear error.
 
@@ -47,9 +48,10 @@ from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
 from ..configuration_elmo import ElmoConfig
-from ..model_card import write_model_card
 from ..modeling_elmo import ElmoModel
 from ..tokenization_elmo import ElmoTokenizer
+from ..utils.hub import save_with_remote_code
+from ..utils.model_card import write_model_card
 
 
 class ConversionError(ValueError):
@@ -276,6 +278,7 @@ def convert(
     overwrite: bool = False,
     progress: bool = True,
     softmax_weight_file: str | os.PathLike | None = None,
+    remote_code: bool = False,
 ) -> Path:
     """Convert original ELMo weights to a folder that ``ElmoModel.from_pretrained`` loads.
 
@@ -291,6 +294,8 @@ def convert(
         softmax_weight_file: the released LM softmax (HDF5 ``softmax/W`` (V, P), ``softmax/b`` (V,)); needs
             ``vocab_file`` (V lines). The folder is then an ``ElmoForPreTraining`` one with that softmax, written in
             safetensors shards with bounded memory (see ``convert_softmax``).
+        remote_code: also write the code files and ``auto_map`` (``utils/hub.save_with_remote_code``), so that the
+            folder loads without this package, with ``trust_remote_code=True``. Default: a plain folder.
 
     Returns:
         The output folder.
@@ -311,6 +316,8 @@ def convert(
         )
         if path is not None
     ]
+    if softmax_weight_file is not None and remote_code:
+        raise ConversionError("--remote_code is not available with --softmax_weight_file: convert without it")
     if softmax_weight_file is not None and vocab_file is None:
         raise ConversionError("--softmax_weight_file needs --vocab_file: row i of softmax/W scores line i of it")
     for label, path in inputs:
@@ -321,7 +328,7 @@ def convert(
         real = Path(os.path.realpath(path))
         if real_output == real or real_output in real.parents:
             raise ConversionError(f"output_dir {output_dir} holds the {label} {path}: choose another output folder")
-    _check_output_dir(output_dir, overwrite)
+    check_output_dir_early(output_dir, overwrite)
     for parent in output_dir.absolute().parents:
         if parent.exists():
             if not parent.is_dir():
@@ -355,32 +362,28 @@ def convert(
         state.update({k: v for k, v in model.state_dict().items() if k.startswith("scalar_mixes.")})
         model.load_state_dict(state, strict=True)
 
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    with _output_lock(output_dir):
-        _check_output_dir(output_dir, overwrite)  # again: a conversion that held the lock may have written it
-        remove_stale_staging(output_dir)
-        staging = _make_staging(output_dir)
+    def write(new: Path) -> None:
         try:
-            new = staging / "model"
-            try:
-                if softmax_info is None:
-                    model.save_pretrained(new)
-                else:  # the LM head: the softmax is copied in chunks, never held whole
-                    from .convert_softmax import write_lm_folder
+            if softmax_info is not None:  # the LM head: the softmax is copied in chunks, never held whole
+                from .convert_softmax import write_lm_folder
 
-                    write_lm_folder(new, state, softmax_weight_file, config, progress=progress)
-            except SafetensorError as err:  # safetensors reports a full disk (EFBIG, ENOSPC) as its own error
-                raise OSError(f"writing model.safetensors failed: {err}") from err
+                write_lm_folder(new, state, softmax_weight_file, config, progress=progress)
+            elif remote_code:  # with the code files and auto_map: loads without this package
+                save_with_remote_code(model, tokenizer, new)
+            else:
+                model.save_pretrained(new)
+        except SafetensorError as err:  # safetensors reports a full disk (EFBIG, ENOSPC) as its own error
+            raise OSError(f"writing model.safetensors failed: {err}") from err
+        if not remote_code:
             tokenizer.save_pretrained(new)
-            write_model_card(
-                new,
-                config,
-                how_made=_provenance(options_file, weight_file, vocab_file, softmax_weight_file),
-                license="apache-2.0",  # AllenNLP's released ELMo models
-            )
-            _install(new, output_dir, staging)
-        finally:  # the staging folder now holds the partial new folder, or the old output_dir
-            shutil.rmtree(staging, ignore_errors=True)
+        write_model_card(
+            new,
+            config,
+            how_made=_provenance(options_file, weight_file, vocab_file, softmax_weight_file),
+            license="apache-2.0",  # AllenNLP's released ELMo models
+        )
+
+    install_output_dir(output_dir, overwrite, write)
     return output_dir
 
 
@@ -397,11 +400,52 @@ def _check_readable(label: str, path: str) -> None:
         raise ConversionError(f"cannot read {label} {path}: {err.strerror or err}") from err
 
 
-def _check_output_dir(output_dir: Path, overwrite: bool) -> None:
+def check_output_dir_early(output_dir: Path, overwrite: bool) -> None:
+    """Refuse ``output_dir`` (as [`_restore_then_check`]) before the inputs are read, so that a bad run fails at
+    once; under the lock, as it may restore an old folder."""
+    if output_dir.parent.is_dir():
+        with _output_lock(output_dir):
+            _restore_then_check(output_dir, overwrite)
+
+
+def install_output_dir(output_dir: Path, overwrite: bool, write: Callable[[Path], None]) -> None:
+    """Write a model folder with ``write(folder)`` into a staging folder beside ``output_dir``, then move it into
+    place atomically (under the lock, after tidying up killed conversions and checking ``output_dir`` again: a
+    conversion that held the lock may have written it). Nothing half-written is left; an old folder is kept on
+    failure."""
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    with _output_lock(output_dir):
+        _restore_then_check(output_dir, overwrite)
+        staging = _make_staging(output_dir)
+        try:
+            new = staging / "model"
+            write(new)
+            _install(new, output_dir, staging)
+        finally:  # the staging folder now holds the partial new folder, or the old output_dir
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _restore_then_check(output_dir: Path, overwrite: bool) -> None:
+    """Tidy up after killed conversions to ``output_dir`` (putting back an old folder a kill left in a staging
+    folder), then refuse an ``output_dir`` that is a file, or a non-empty folder without ``overwrite``.
+
+    In this order: checked first, a missing ``output_dir`` whose old folder waits in a staging folder would pass
+    the check, be restored, and then be replaced without ``--overwrite``. Call it holding the lock.
+    """
+    removed, restored = _remove_stale_staging(output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise ConversionError(f"output_dir {output_dir} exists and is not a folder")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise ConversionError(f"output_dir {output_dir} exists and is not empty (pass --overwrite to replace it)")
+        if restored is not None:
+            how = (
+                f"; it was put back from {restored.name}, where a conversion with --overwrite was killed before "
+                "replacing it"
+            )
+        elif removed:  # e.g. a kill after the swap: the old folder that --overwrite replaced, in its staging folder
+            how = f"; the leftovers of a killed conversion to it were removed ({_listing([p.name for p in removed])})"
+        else:
+            how = ""
+        raise ConversionError(f"output_dir {output_dir} exists and is not empty (pass --overwrite to replace it){how}")
 
 
 # Test hooks, read from the environment of the process: ``ELMO_CONVERT_FAULTS=kill-after-swap`` (or
@@ -561,14 +605,20 @@ def remove_stale_staging(output_dir: str | os.PathLike) -> list[Path]:
     when complete, so ``NAME`` is never half-written; a ``SIGKILL`` can only leave such a hidden staging folder
     behind. Those of processes that no longer run, and only those that carry the marker of [`_make_staging`]
     or are empty (a user's folder of the same name is left alone), are removed here (each conversion does this
-    first).
+    first, before ``NAME`` is checked).
     One that holds the old ``NAME`` (a kill between the two renames of the fallback) gives it back first if
     ``NAME`` is missing.
     """
+    return _remove_stale_staging(output_dir)[0]
+
+
+def _remove_stale_staging(output_dir: str | os.PathLike) -> tuple[list[Path], Path | None]:
+    """[`remove_stale_staging`], also returning the staging folder an old ``output_dir`` was put back from."""
     output_dir = Path(output_dir)
-    removed = []
+    removed: list[Path] = []
+    restored = None
     if not output_dir.parent.is_dir():
-        return removed
+        return removed, restored
     prefix = f".{output_dir.name}.partial-"
     for path in sorted(output_dir.parent.iterdir()):
         if not path.name.startswith(prefix):
@@ -588,9 +638,10 @@ def remove_stale_staging(output_dir: str | os.PathLike) -> list[Path]:
         old = path / "replaced"
         if old.is_dir() and not old.is_symlink() and not os.path.lexists(output_dir):
             os.rename(old, output_dir)
+            restored = path
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
-    return removed
+    return removed, restored
 
 
 def push_to_hub(folder: str | os.PathLike, repo_id: str, private: bool | None = None) -> str:
@@ -614,8 +665,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="Convert original ELMo weights (options.json + HDF5) to a Hugging Face model folder."
     )
-    parser.add_argument("--options_file", required=True, help="the model's options.json")
-    parser.add_argument("--weight_file", required=True, help="the model's HDF5 weights")
+    parser.add_argument("--options_file", help="the model's options.json")
+    parser.add_argument("--weight_file", help="the model's HDF5 weights")
+    parser.add_argument(
+        "--manylangs_dir",
+        help="instead: an ELMoForManyLangs model folder (char.dic, word.dic, encoder.pkl, token_embedder.pkl, "
+        "config.json), converted with its own characters and word embedding",
+    )
     parser.add_argument("--output_dir", required=True, help="folder to write (must not exist or be empty)")
     parser.add_argument("--vocab_file", help="optional bilm-tf vocabulary file, for word ids (LM labels)")
     parser.add_argument(
@@ -633,12 +689,26 @@ def main(argv: list[str] | None = None) -> int:
         "token or HF_TOKEN)",
     )
     parser.add_argument("--private", action="store_true", help="with --push_to_hub: create the repository private")
+    parser.add_argument(
+        "--remote_code",
+        action="store_true",
+        help="also write the model's code files and auto_map, so that the folder loads without this package "
+        "(trust_remote_code=True); default: a plain folder (config, weights, tokenizer, card)",
+    )
     args = parser.parse_args(argv)
     if args.no_progress:
         print("note: --no_progress is deprecated and will be removed in the next release; use --disable_tqdm",
               file=sys.stderr)  # fmt: skip
     if args.private and not args.push_to_hub:
         parser.error("--private needs --push_to_hub REPO")
+    if args.manylangs_dir is not None:
+        if args.options_file or args.weight_file or args.vocab_file or args.softmax_weight_file or args.remote_code:
+            parser.error(
+                "--manylangs_dir takes no --options_file, --weight_file, --vocab_file, --softmax_weight_file or "
+                "--remote_code"
+            )
+    elif not (args.options_file and args.weight_file):
+        parser.error("the following arguments are required: --options_file, --weight_file (or --manylangs_dir)")
     if args.push_to_hub:  # a bad name fails now, not after the conversion
         from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -649,15 +719,21 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)  # fmt: skip
             return 1
     try:
-        out = convert(
-            args.options_file,
-            args.weight_file,
-            args.output_dir,
-            vocab_file=args.vocab_file,
-            overwrite=args.overwrite,
-            progress=not (args.disable_tqdm or args.no_progress),
-            softmax_weight_file=args.softmax_weight_file,
-        )
+        if args.manylangs_dir is not None:
+            from .convert_manylangs import convert_manylangs
+
+            out = convert_manylangs(args.manylangs_dir, args.output_dir, overwrite=args.overwrite)
+        else:
+            out = convert(
+                args.options_file,
+                args.weight_file,
+                args.output_dir,
+                vocab_file=args.vocab_file,
+                overwrite=args.overwrite,
+                progress=not (args.disable_tqdm or args.no_progress),
+                softmax_weight_file=args.softmax_weight_file,
+                remote_code=args.remote_code,
+            )
     except (FileNotFoundError, ConversionError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

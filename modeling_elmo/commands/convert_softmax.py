@@ -177,7 +177,6 @@ def write_lm_folder(
     import h5py
     from safetensors.torch import save_file
 
-    from ..hub_elmo import prepare_hub_folder
     from ..modeling_elmo_pretraining import ElmoForPreTraining
     from .convert import ConversionError
 
@@ -201,9 +200,7 @@ def write_lm_folder(
     weight_map = {name: BILM_SHARD for name in sorted(first)} | {"softmax.weight": SOFTMAX_SHARD}
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (folder / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
-    config.save_pretrained(folder)
-    prepare_hub_folder(config, folder)
-    config.save_pretrained(folder)  # again, with the auto_map that prepare_hub_folder completed
+    config.save_pretrained(folder)  # a plain folder: config, weights (the tokenizer and card are the caller's)
 
 
 __all__ = [

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cli import DEFAULT_SIMILAR_WORD, SIMILAR_EXAMPLES, CliError, sense_summary, word_similarities
+from elmo_cli import DEFAULT_SIMILAR_WORD, SIMILAR_EXAMPLES, CliError, sense_summary, word_similarities
 
 PROG = "elmo demo"
 # What a user writes for the blank in the fill-in-the-blank view.
@@ -40,7 +40,7 @@ class DemoModels:
     @classmethod
     def load(cls, model: str | None = None, tagger: str | None = None, device: str = "cpu") -> DemoModels:
         """Load ``model`` (a folder, Hub id or released name; default the bundled demo model) and ``tagger``."""
-        from .cli import DEMO_MODEL_NOTE, load_model, resolve_device, resolve_model
+        from elmo_cli import DEMO_MODEL_NOTE, load_model, resolve_device, resolve_model
 
         if tagger is not None and not Path(tagger, "config.json").is_file():
             raise CliError(f"--tagger {tagger}: not a tagger folder (made by `elmo train-tagger`; no config.json)")

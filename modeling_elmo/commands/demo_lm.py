@@ -1,11 +1,12 @@
-"""The bundled demo model's language model: its biLM with the LM softmax it was trained with (``ElmoForPreTraining``).
+"""The bundled demo model's language model: its biLM with an LM softmax (``ElmoForPreTraining``).
 
-The demo folder (``demo_model/``) holds the ``ElmoModel`` part only, as every embedding command loads it.
-``scripts/train_demo_model.sh`` writes the softmax of the same training run (10,000 words x 64, plus the bias)
-beside it, to ``demo_model_lm/softmax.safetensors``: ``W`` in float16 to keep the package small, and the SHA-256 of
-the biLM file it was trained with. The biLM shipped now came from a run that kept no softmax, and a rerun does not
-reproduce it bit for bit, so no softmax ships yet: [`has_demo_language_model`] is then False, ``elmo demo`` shows
-fill-in-the-blank as unavailable and ``elmo score --model demo`` says how to get one.
+The demo folder (``demo_model/``) holds the ``ElmoModel`` part only, as every embedding command loads it. The
+softmax (10,000 words x 64, plus the bias) ships beside it, in ``demo_model_lm/softmax.safetensors``: ``W`` in
+float16 to keep the package small, ``b`` in float32, and the SHA-256 of the biLM file it belongs to. The shipped
+biLM came from a run that kept no softmax, so ``scripts/fit_demo_softmax.py`` fitted this one afresh on the
+frozen biLM (its test perplexity, in ``demo_model_lm/fit_results.json``, is above the jointly trained one's).
+Without the file [`has_demo_language_model`] is False, ``elmo demo`` shows fill-in-the-blank as unavailable and
+``elmo score --model demo`` says how to get one.
 
 [`load_demo_language_model`] joins the two in memory; [`demo_language_model_path`] writes the pair once into the
 cache as an ordinary ``ElmoForPreTraining`` folder, for what takes a folder (``pipeline("elmo-fill-mask", ...)``).
@@ -36,24 +37,21 @@ def _require() -> None:
     if not has_demo_language_model():
         raise FileNotFoundError(
             f"the demo model's language model is missing ({DEMO_MODEL_DIR / 'model.safetensors'} and "
-            f"{DEMO_SOFTMAX_FILE} are both needed): train it with scripts/train_demo_model.sh"
+            f"{DEMO_SOFTMAX_FILE} are both needed): fit the softmax with scripts/fit_demo_softmax.py"
         )
 
 
-def load_demo_language_model():
-    """``(ElmoForPreTraining, ElmoTokenizer)``: the demo biLM under its trained softmax (float32), in eval mode.
+def demo_bilm_for_pretraining():
+    """An ``ElmoForPreTraining`` in eval mode holding the demo biLM's weights and a new (random) softmax.
 
-    The biLM's weights are those of ``ElmoModel.from_pretrained(demo_model_path())``, unchanged; the softmax's
-    ``W`` is the shipped float16 one, widened to float32. ``ValueError`` if the softmax file names another biLM.
+    What ``scripts/fit_demo_softmax.py`` fits the softmax on, and what [`load_demo_language_model`] fills.
     """
-    _require()
-    import torch
-    from safetensors import safe_open
+    if not (DEMO_MODEL_DIR / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{DEMO_MODEL_DIR / 'model.safetensors'} is missing")
     from safetensors.torch import load_file
 
     from ..configuration_elmo import ElmoConfig
     from ..modeling_elmo_pretraining import ElmoForPreTraining
-    from ..tokenization_elmo import ElmoTokenizer
 
     config = ElmoConfig.from_pretrained(DEMO_MODEL_DIR)
     config.architectures = ["ElmoForPreTraining"]
@@ -65,12 +63,29 @@ def load_demo_language_model():
         raise ValueError(f"{DEMO_MODEL_DIR / 'model.safetensors'} lacks {', '.join(missing)}")
     # The demo ElmoModel also holds scalar mixes, which the LM head does not build.
     model.elmo.load_state_dict({name: bilm[name] for name in wanted})
+    return model.eval()
+
+
+def load_demo_language_model():
+    """``(ElmoForPreTraining, ElmoTokenizer)``: the demo biLM under its shipped softmax (float32), in eval mode.
+
+    The biLM's weights are those of ``ElmoModel.from_pretrained(demo_model_path())``, unchanged; the softmax's
+    ``W`` is the shipped float16 one, widened to float32. ``ValueError`` if the softmax file names another biLM.
+    """
+    _require()
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from ..tokenization_elmo import ElmoTokenizer
+
+    model = demo_bilm_for_pretraining()
     with safe_open(DEMO_SOFTMAX_FILE, framework="pt") as handle:
         paired = (handle.metadata() or {}).get("bilm_sha256")
     if paired != hashlib.sha256((DEMO_MODEL_DIR / "model.safetensors").read_bytes()).hexdigest():
         raise ValueError(
             f"{DEMO_SOFTMAX_FILE} was not trained with the biLM in {DEMO_MODEL_DIR} (their SHA-256 do not match): "
-            "retrain both with scripts/train_demo_model.sh"
+            "fit it again with scripts/fit_demo_softmax.py"
         )
     softmax = load_file(DEMO_SOFTMAX_FILE)
     expected = {"softmax.weight": tuple(model.softmax.weight.shape), "softmax.bias": tuple(model.softmax.bias.shape)}
@@ -144,6 +159,7 @@ __all__ = [
     "DEMO_LM_DIR",
     "DEMO_NAME",
     "DEMO_SOFTMAX_FILE",
+    "demo_bilm_for_pretraining",
     "demo_language_model_path",
     "has_demo_language_model",
     "load_demo_language_model",

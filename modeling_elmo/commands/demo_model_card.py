@@ -14,7 +14,7 @@ from typing import Any
 from huggingface_hub import EvalResult
 
 from ..configuration_elmo import ElmoConfig
-from ..model_card import write_model_card
+from ..utils.model_card import write_model_card
 
 DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
 

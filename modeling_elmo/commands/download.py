@@ -182,8 +182,11 @@ _BY_LOWER_NAME |= {alias.lower(): target for alias, target in ALIASES.items()}
 
 
 def canonical_name(name: str) -> str | None:
-    """The released model ``name`` stands for (case-insensitive, aliases included), or None."""
-    return _BY_LOWER_NAME.get(name.strip().lower())
+    """The released model ``name`` stands for (case-insensitive, aliases included), or None. The 44 ELMoForManyLangs
+    languages (``de``, ``German``, ``manylangs-de``) stand for ``manylangs-ISO`` (``download_manylangs.py``)."""
+    from .download_manylangs import manylangs_name
+
+    return _BY_LOWER_NAME.get(name.strip().lower()) or manylangs_name(name)
 
 
 def released_model_names() -> list[str]:
@@ -215,7 +218,10 @@ def model_urls(name: str, base_url: str | None = None) -> tuple[str, str]:
 def _known(name: str) -> str:
     canonical = canonical_name(name)
     if canonical is None:
-        raise ValueError(f"unknown released ELMo model {name!r}; known: {', '.join(released_model_names())}")
+        raise ValueError(
+            f"unknown released ELMo model {name!r}; known: {', '.join(released_model_names())}, and the 44 "
+            "ELMoForManyLangs languages by ISO code or English name (elmo download --list)"
+        )
     return canonical
 
 
@@ -239,6 +245,33 @@ def _damage(folder: Path) -> str | None:
     for name in ("tokenizer_config.json", "tokenizer.json"):
         if not (folder / name).is_file():
             return f"{name} is missing"
+    return _vocabulary_damage(folder, config)
+
+
+def _vocabulary_damage(folder: Path, config: dict) -> str | None:
+    """Why the vocabularies of an ELMoForManyLangs folder (``download_manylangs.py``) do not fit its config, or None:
+    ``char_vocab.json`` lists its ``n_characters - 1`` characters (row 0 is padding) and ``vocab.txt`` its
+    ``word_vocab_size`` words, one a line."""
+    if config.get("char_vocabulary") == "manylangs":
+        try:
+            chars = json.loads((folder / "char_vocab.json").read_bytes())
+        except FileNotFoundError:
+            return "char_vocab.json is missing"
+        except (OSError, ValueError):
+            chars = None
+        if not isinstance(chars, list) or len(chars) + 1 != config.get("n_characters"):
+            return f"char_vocab.json does not list the {config.get('n_characters')} - 1 characters of config.json"
+    words = config.get("word_vocab_size") or 0
+    if words:
+        try:
+            data = (folder / "vocab.txt").read_bytes()
+        except FileNotFoundError:
+            return "vocab.txt is missing"
+        except OSError as err:
+            return f"vocab.txt cannot be read ({err.strerror or err})"
+        lines = data.count(b"\n") + (bool(data) and not data.endswith(b"\n"))
+        if lines != words:
+            return f"vocab.txt has {lines} lines, not the {words} words of config.json"
     return None
 
 
@@ -375,18 +408,88 @@ def download_released_model(
             and nothing outside ``cache_dir`` is written or deleted.
     """
     canonical = _known(name)
-    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    if canonical not in RELEASED_MODELS:  # one of the 44 ELMoForManyLangs languages: an NLPL zip
+        from .download_manylangs import download_manylangs
+
+        return download_manylangs(
+            canonical,
+            cache_dir=cache_dir,
+            base_url=base_url,
+            force=force,
+            progress=progress,
+            timeout=timeout,
+            min_rate=min_rate,
+        )
+    cache = _cache_path(cache_dir)
+    options_url, weights_url = model_urls(canonical, base_url)
+    model = RELEASED_MODELS[canonical]
+
+    def fetch(downloads: _CacheFolder, transfer: _Transfer) -> dict:
+        options = _fetch(options_url, downloads, Path(model.options).name, _OPTIONS_MAX_BYTES, _check_json,
+                         model.options_sha256, transfer)  # fmt: skip
+        weights = _fetch(weights_url, downloads, Path(model.weights).name, _WEIGHTS_MAX_BYTES, _check_hdf5,
+                         model.weights_sha256, transfer)  # fmt: skip
+        return {"options_file": options, "weight_file": weights, **_fetch_lm_head(model, base_url, downloads, transfer)}
+
+    def convert_files(files: dict, downloads: _CacheFolder, target: Path, transfer: _Transfer) -> None:
+        from .convert import convert  # torch and the model: only when there is something to convert
+
+        convert(output_dir=target, overwrite=True, progress=transfer.progress, **files)
+
+    return _download_and_convert(
+        canonical,
+        cache,
+        what="the released ELMo model",
+        not_converted=lambda err: (
+            f"the files of {canonical!r} downloaded from {options_url} and {weights_url} do "
+            f"not convert: {err} (they were deleted)"
+        ),
+        manual=_manual_route(options_url, weights_url, cache / canonical),
+        fetch=fetch,
+        convert=convert_files,
+        force=force,
+        progress=progress,
+        timeout=timeout,
+        min_rate=min_rate,
+    )
+
+
+def _cache_path(cache_dir: str | os.PathLike | None) -> Path:
+    return Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+
+
+def _download_and_convert(
+    canonical: str,
+    cache: Path,
+    *,
+    what: str,
+    not_converted: Callable[[Exception], str],
+    manual: str,
+    fetch: Callable[[_CacheFolder, _Transfer], object],
+    convert: Callable[[object, _CacheFolder, Path, _Transfer], None],
+    force: bool,
+    progress: bool,
+    timeout: float,
+    min_rate: float | None,
+) -> Path:
+    """The flow every released model shares: ``cache/canonical`` checked if cached; else, under the model's lock,
+    ``fetch(downloads, transfer)`` fills ``cache/.downloads/canonical`` (a [`_CacheFolder`]) and returns what
+    ``convert(fetched, downloads, target, transfer)`` turns into ``target``; the downloads are then deleted.
+
+    ``what`` names the model in the offline message ("the released ELMo model"), ``not_converted`` gives the
+    message of files that do not convert from the converter's error; ``manual`` is the route by hand.
+    A [`DownloadError`] or a ``ConversionError`` raised by ``convert`` deletes the downloads (the next call fetches
+    them anew); another ``OSError`` (a full disk) keeps them.
+    """
     target = cache / canonical
     if not force and os.path.lexists(target):
         return _checked(target, canonical)
-    options_url, weights_url = model_urls(canonical, base_url)
-    model = RELEASED_MODELS[canonical]
     from huggingface_hub import constants
     from huggingface_hub.utils import are_progress_bars_disabled
 
     # transformers' disable_progress_bar() turns huggingface_hub's off too: one switch for every bar below
     transfer = _Transfer(
-        manual=_manual_route(options_url, weights_url, target),
+        manual=manual,
         progress=progress and not are_progress_bars_disabled(),
         timeout=timeout,
         min_rate=_min_rate(min_rate),
@@ -398,10 +501,7 @@ def download_released_model(
                 f"--force downloads {canonical!r} again, which needs the network, and offline mode is on "
                 f"(HF_HUB_OFFLINE); the cached model in {target} is kept"
             )
-        raise DownloadError(
-            f"the released ELMo model {canonical!r} is not in {cache} and offline mode is on (HF_HUB_OFFLINE). "
-            + transfer.manual
-        )
+        raise DownloadError(f"{what} {canonical!r} is not in {cache} and offline mode is on (HF_HUB_OFFLINE). {manual}")
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -412,33 +512,29 @@ def download_released_model(
         root.refuse_link(canonical)  # the converter replaces a forced folder: never what a link points to
         if force:  # fresh files, not those of an earlier call
             _drop_downloads(root, canonical)
+        from .convert import ConversionError
+
         with root.folder(".downloads") as all_downloads, all_downloads.folder(canonical) as downloads:
             try:
-                options = _fetch(options_url, downloads, Path(model.options).name, _OPTIONS_MAX_BYTES,
-                                 _check_json, model.options_sha256, transfer)  # fmt: skip
-                weights = _fetch(weights_url, downloads, Path(model.weights).name, _WEIGHTS_MAX_BYTES,
-                                 _check_hdf5, model.weights_sha256, transfer)  # fmt: skip
-                lm_files = _fetch_lm_head(model, base_url, downloads, transfer)
+                fetched = fetch(downloads, transfer)
             except BaseException:
                 with contextlib.suppress(OSError):  # empty folders only: partial files stay for resuming
                     all_downloads.rmdir(canonical)
                     root.rmdir(".downloads")
                 raise
-        from .convert import ConversionError, convert  # torch and the model: only when there is something to convert
-
-        try:
-            # overwrite: a folder here is a forced one (we hold the model's lock)
-            with _bars_off(not transfer.progress):  # also transformers' "Writing model shards"
-                convert(options, weights, target, overwrite=True, progress=transfer.progress, **lm_files)
-        except ConversionError as err:
-            _drop_downloads(root, canonical)  # wrong files: the next call fetches them anew
-            raise DownloadError(
-                f"the files of {canonical!r} downloaded from {options_url} and {weights_url} do not convert: {err} "
-                "(they were deleted). " + transfer.manual
-            ) from err
-        except OSError as err:  # a full disk...: keep the downloads for the next call
-            raise DownloadError(f"could not write {target}: {err}") from err
-        _drop_downloads(root, canonical)
+            try:
+                # overwrite: a folder here is a forced one (we hold the model's lock)
+                with _bars_off(not transfer.progress):  # also transformers' "Writing model shards"
+                    convert(fetched, downloads, target, transfer)
+            except (ConversionError, DownloadError) as err:
+                failed = err
+            except OSError as err:  # a full disk...: keep the downloads for the next call
+                raise DownloadError(f"could not write {target}: {err}") from err
+            else:
+                failed = None
+        _drop_downloads(root, canonical)  # done, or wrong files: the next call fetches them anew
+        if failed is not None:
+            raise DownloadError(f"{not_converted(failed)}. {manual}") from failed
     return target
 
 
@@ -918,7 +1014,7 @@ def main(argv: list[str] | None = None) -> int:
         "name",
         nargs="?",
         help="released model: small, medium, original, original-5.5B, pubmed, pt; with the LM softmax: original-lm, "
-        "original-5.5B-lm",
+        "original-5.5B-lm; or an ELMoForManyLangs language by ISO code or English name (de, German, manylangs-pt...)",
     )
     parser.add_argument("--list", action="store_true", help="list the released models and their URLs")
     parser.add_argument("--cache_dir", "--cache-dir", help=f"cache folder (default: ${CACHE_DIR_ENV} or HF_HOME's)")
@@ -928,7 +1024,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no_progress", action="store_true", help=argparse.SUPPRESS)  # the first spelling
     args = parser.parse_args(argv)
     if args.list:
+        from .download_manylangs import list_models
+
         print(_list_models(args.base_url))
+        print(list_models(args.base_url))
         return 0
     if args.name is None:
         parser.error("give a model NAME (or --list)")

@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from .cli import CliError, check_device_name, describe_model, load_model, resolve_device
+from elmo_cli import CliError, check_device_name, describe_model, load_model, resolve_device
 
 
 def build_parser(prog: str = "elmo export-vectors") -> argparse.ArgumentParser:
@@ -86,6 +86,6 @@ def main(argv: list[str] | None = None, prog: str = "elmo export-vectors") -> in
 
 
 if __name__ == "__main__":
-    from .cli import main as cli_main
+    from elmo_cli import main as cli_main
 
     sys.exit(cli_main(["export-vectors", *sys.argv[1:]]))

@@ -58,8 +58,9 @@ def main(argv: list[str] | None = None, prog: str = "elmo score") -> int:
     if args.batch_size < 1:
         parser.error("--batch_size must be at least 1")
 
+    from elmo_cli import CliError, resolve_device
+
     from ..scoring_elmo import ElmoSentenceScorer, load_language_model
-    from .cli import CliError, resolve_device
     from .demo_lm import DEMO_NAME, load_demo_language_model
     from .download import resolve_pretrained
 

@@ -4,7 +4,8 @@ Each command declares its options as dataclasses (its own ``ModelArguments`` and
 ``TrainingArguments`` subclass that only changes defaults) and parses them with [`ElmoArgumentParser`], a
 ``transformers.HfArgumentParser`` that also:
 
-- reads every option from one JSON or YAML file (``elmo train-lm run.json``), as ``run_mlm.py`` does;
+- reads every option from one JSON or YAML file (``elmo train-lm run.json``), as ``run_mlm.py`` does, under its
+  field's name or one of its ``aliases``;
 - keeps old flag names working for one release: they are rewritten to the new names with a note on stderr,
   and do not appear in ``--help``;
 - takes ``--flag`` alone as ``--flag true`` for every ``bool | None`` field too (``--disable_tqdm``), which
@@ -137,6 +138,11 @@ class ElmoArgumentParser(HfArgumentParser):
             self.error(f"config file {path}: not valid {kind.upper()}: {' '.join(str(err).split())}")
         if not isinstance(values, dict):
             self.error(f"config file {path}: expected a mapping of option names to values, got {type(values).__name__}")
+        for alias, name in field_aliases(*self.dataclass_types).items():  # a flag's other names are keys too
+            if alias in values:
+                if name in values:
+                    self.error(f"config file {path}: {alias} and {name} are the same option; give one")
+                values = {name if key == alias else key: value for key, value in values.items()}
         unknown = sorted(set(values) - field_names(*self.dataclass_types))
         if unknown:
             self.error(f"config file {path}: unknown option(s) {', '.join(map(str, unknown))}")
@@ -146,3 +152,16 @@ class ElmoArgumentParser(HfArgumentParser):
 def field_names(*dataclass_types: type) -> set[str]:
     """Every field name of the given dataclasses that a config file may set (``init`` fields)."""
     return {f.name for cls in dataclass_types for f in fields(cls) if f.init}
+
+
+def field_aliases(*dataclass_types: type) -> dict[str, str]:
+    """Other names of fields (``metadata["aliases"]``, e.g. ``--model_name_or_path`` of ``bilm``), without dashes,
+    mapped to the field names, for config files."""
+    return {
+        alias.lstrip("-"): f.name
+        for cls in dataclass_types
+        for f in fields(cls)
+        for alias in (
+            [f.metadata["aliases"]] if isinstance(f.metadata.get("aliases"), str) else f.metadata.get("aliases", [])
+        )
+    }

@@ -38,13 +38,15 @@ from transformers.utils import logging as hf_logging
 
 from ..commands.download import resolve_pretrained
 from ..configuration_elmo import ElmoConfig
-from ..model_card import hub_model_id, metric_results, write_model_card
 from ..modeling_elmo_pretraining import ElmoForPreTraining
 from ..tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
+from ..utils.hub import remote_code
+from ..utils.model_card import hub_model_id, metric_results, write_model_card
 from .arguments import ElmoArgumentParser
 from .checkpoints import checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
 from .lm_data import ElmoLMCollator, ElmoLMStreamCollator, load_lm_datasets, load_text_datasets
+from .progress import use_one_bar
 
 logger = logging.getLogger("modeling_elmo.training.train_lm")
 
@@ -197,6 +199,13 @@ class ModelArguments:
         },
     )
     dropout: float = field(default=0.1, metadata={"help": "Dropout before the softmax."})
+    remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "Save (and push) the model with its code files and auto_map, so that it loads without this "
+            "package (trust_remote_code=True); default: a plain folder."
+        },
+    )
 
     def __post_init__(self):
         self.char_cnn_filters = _parse_filters(self.char_cnn_filters)
@@ -462,11 +471,33 @@ def _check_args(model_args: ModelArguments, data_args: DataArguments, training_a
     if not _trains(data_args) and not model_args.model_name_or_path:
         raise ValueError("evaluating only (no training text) needs --model_name_or_path")
     if model_args.model_name_or_path:
+        _check_model_path(model_args.model_name_or_path)
         given = [f"--{name}" for name in SIZE_ARGUMENTS if getattr(model_args, name) is not None]
         if given:
             raise ValueError(
                 f"{', '.join(given)} set the sizes of a new biLM; they cannot change --model_name_or_path's"
             )
+
+
+def _check_model_path(name: str) -> None:
+    """Refuse a ``--model_name_or_path`` that is neither a model folder nor a possible Hub id, by name: a missing
+    folder would otherwise reach the Hub client, whose error speaks of repo ids."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    where = f"--model_name_or_path {name}"
+    if os.path.isdir(name):
+        if not os.path.isfile(os.path.join(name, "config.json")):
+            raise ValueError(f"{where}: the folder has no config.json (a model folder from `elmo convert` or train-lm)")
+        return
+    if os.path.exists(name):
+        raise ValueError(f"{where}: not a folder (give a model folder, a Hub id or a released model's name)")
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise ValueError(
+            f"{where}: no such folder (and not a Hub id owner/name or a released model's name, `elmo download --list`)"
+        ) from None
 
 
 def _stream_order(data_args: DataArguments, training_args: ElmoLMTrainingArguments) -> int | None:
@@ -750,6 +781,7 @@ def _run(
         processing_class=tokenizer,
         optimizer_cls_and_kwargs=training_args.optimizer_cls_and_kwargs(),
     )
+    use_one_bar(trainer)  # its bar drawn complete once, no checkpoint's bar inside it
 
     printed = None
     if train_set is not None:
@@ -758,7 +790,8 @@ def _run(
         words = trainer.state.num_input_tokens_seen - getattr(trainer, "_initial_num_input_tokens_seen", 0)
         result.metrics["train_words"] = int(words)
         result.metrics["train_words_per_second"] = round(words / max(result.metrics["train_runtime"], 1e-9), 1)
-        trainer.save_model()  # model + tokenizer (with vocab.txt) in --output_dir, on the main process
+        with remote_code(trainer.model, tokenizer) if model_args.remote_code else contextlib.nullcontext():
+            trainer.save_model()  # model + tokenizer (with vocab.txt) in --output_dir, on the main process
         trainer.log_metrics("train", result.metrics)
         trainer.save_metrics("train", result.metrics)
         trainer.save_state()
@@ -794,7 +827,8 @@ def _run(
             base_model=hub_model_id(model_args.model_name_or_path),
         )
     if train_set is not None and training_args.push_to_hub:
-        trainer.push_to_hub(commit_message="End of training")  # the folder as it is, with the card above
+        with remote_code(trainer.model, tokenizer) if model_args.remote_code else contextlib.nullcontext():
+            trainer.push_to_hub(commit_message="End of training")  # the folder as it is, with the card above
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         # Every process waits for the last writes, then leaves together: a gloo process that exits with its
         # process group alive can abort at interpreter shutdown ("terminate called without an active exception").

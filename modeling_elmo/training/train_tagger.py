@@ -47,7 +47,9 @@ from transformers import IntervalStrategy, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
 from ..commands.download import resolve_pretrained
-from ..model_card import SCALAR_MIX_PLOT, hub_model_id, metric_results, write_model_card
+from ..utils.hub import remote_code, save_with_remote_code
+from ..utils.model_card import SCALAR_MIX_PLOT, hub_model_id, metric_results, write_model_card
+from ..utils.token_cache import build_token_cache
 from .arguments import ElmoArgumentParser
 from .checkpoints import CHECKPOINT_PATTERN, checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
@@ -182,18 +184,6 @@ def _no_elmo_bilm_config() -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def quiet_load_report() -> Iterator[None]:
-    """Silence transformers' LOAD REPORT table (logged as a warning by ``transformers.modeling_utils``)."""
-    report_logger = hf_logging.get_logger("transformers.modeling_utils")
-    level = report_logger.level
-    report_logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        report_logger.setLevel(level)
-
-
 def _has_tokenizer(folder: str | os.PathLike) -> bool:
     return any((Path(folder) / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json"))
 
@@ -201,8 +191,8 @@ def _has_tokenizer(folder: str | os.PathLike) -> bool:
 def build_model_and_tokenizer(args: ModelArguments, labels: list[str], train_sentences: list[list[str]]):
     """The tagger (biLM weights from ``args.bilm`` unless ``--no_elmo``) and its tokenizer.
 
-    The load of the biLM is quiet: the tagger's head is new, so transformers' LOAD REPORT would list every head
-    weight as MISSING. What matters is checked by ``ElmoForTokenClassification.from_pretrained`` itself: biLM
+    The load of the biLM is quiet: the tagger declares its head's weights as new, so transformers' LOAD REPORT has
+    nothing to list. What matters is checked by ``ElmoForTokenClassification.from_pretrained`` itself: biLM
     weights that are missing or do not fit the config raise ``ValueError``.
     """
     from ..configuration_elmo import ElmoConfig
@@ -254,8 +244,11 @@ def build_model_and_tokenizer(args: ModelArguments, labels: list[str], train_sen
     if args.no_elmo:
         model = ElmoForTokenClassification(ElmoConfig(**_no_elmo_bilm_config(), **head))
     else:
-        with quiet_load_report():
-            model = ElmoForTokenClassification.from_pretrained(args.bilm, **head)
+        # Quiet without touching transformers' loggers: the head's weights are declared new
+        # (_keys_to_ignore_on_load_missing), so transformers has nothing to report. (Raising the level of
+        # transformers.modeling_utils' logger, as this command once did, is what made transformers check the
+        # tensor-parallel plan and print "The following layers were not sharded: crf.constraint_mask, ...".)
+        model = ElmoForTokenClassification.from_pretrained(args.bilm, **head)
     if model.config.max_characters_per_token != tokenizer.max_characters_per_token:
         raise ValueError(
             f"the tokenizer writes {tokenizer.max_characters_per_token} characters per word but the biLM reads "
@@ -268,7 +261,14 @@ def encode_dataset(dataset, tokenizer, label2id: dict[str, int] | None, vocab_id
     """Tokenize a ``datasets.Dataset`` with ``tokens`` (and ``tags``) columns into model features.
 
     One word is one token (``is_split_into_words=True``), so word-level tags are the labels as they are.
+    ``max_words``: cut longer sentences to that many words; ``None`` or 0 for no limit.
+
+    Raises:
+        ValueError: ``max_words`` is negative or not an integer (``sentence[:-1]`` would drop the last word).
     """
+    # The CLI's --max_words rule (DATA_NUMBER_RULES), for callers from Python too.
+    if max_words is not None and (isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 0):
+        raise ValueError(f"max_words must be None, 0 (no limit) or a positive number of words, got {max_words!r}")
 
     def encode(batch: dict[str, list]) -> dict[str, list]:
         words = [sentence[:max_words] if max_words else sentence for sentence in batch["tokens"]]
@@ -316,7 +316,8 @@ def make_compute_metrics(id2label: dict[int, str], scheme: str):
 
 
 def make_preprocess_logits(model):
-    """Turn a batch's logits into tag ids before Trainer gathers them (Viterbi with a CRF, argmax without).
+    """Turn a batch's logits into tag ids before Trainer gathers them: the argmax per word, which for a CRF tagger
+    (whose ``logits`` are the CRF's max-marginals) is the Viterbi path.
 
     The labels give the mask: word-level labels are ``-100`` only on padding.
     """
@@ -324,10 +325,7 @@ def make_preprocess_logits(model):
     def preprocess(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         if isinstance(logits, tuple):
             logits = logits[0]
-        mask = labels.ne(IGNORE_INDEX)
-        if model.crf is not None:
-            return model.crf.viterbi_tags(logits, mask)
-        return logits.argmax(dim=-1).masked_fill(~mask, IGNORE_INDEX)
+        return logits.argmax(dim=-1).masked_fill(~labels.ne(IGNORE_INDEX), IGNORE_INDEX)
 
     return preprocess
 
@@ -351,7 +349,15 @@ class ModelArguments:
     """The biLM the tagger reads, and the tagger's own head."""
 
     bilm: str | None = field(
-        default=None, metadata={"help": "an ElmoModel folder (converted or trained); its biLM is the tagger's"}
+        default=None,
+        metadata={
+            # train-lm's name for the same thing, so that one spelling works in both commands.
+            "aliases": ["--model_name_or_path"],
+            "metavar": "PATH",
+            "help": "the biLM whose layers the tagger mixes: an ElmoModel folder (converted or trained) or a released "
+            "model's name (elmo download --list); --bilm and --model_name_or_path (train-lm's name) are the same "
+            "flag, as are the keys bilm and model_name_or_path of a config file",
+        },
     )
     no_elmo: bool = field(default=False, metadata={"help": "baseline without ELMo: word embeddings only"})
     word_input: str = field(
@@ -376,6 +382,13 @@ class ModelArguments:
     )
     no_crf: bool = field(default=False, metadata={"help": "per-word softmax instead of a CRF"})
     fine_tune_bilm: bool = field(default=False, metadata={"help": "train the biLM too (default: frozen)"})
+    remote_code: bool = field(
+        default=False,
+        metadata={
+            "help": "save (and push) the model with its code files, auto_map and pipeline, so that it loads without "
+            "this package (trust_remote_code=True); default: a plain folder"
+        },
+    )
 
     def __post_init__(self) -> None:
         check_numbers(_Refusal, self, MODEL_NUMBER_RULES)
@@ -589,9 +602,16 @@ def check_run(model_args: ModelArguments, data_args: DataArguments, training_arg
     if model_args.no_elmo and model_args.word_input != "embedding":
         raise ValueError("--no_elmo is the word-embedding baseline: it needs --word_input embedding")
     if not model_args.no_elmo and not model_args.bilm:
-        raise ValueError("give --bilm PATH (an ElmoModel folder), or --no_elmo for the baseline without ELMo")
+        raise ValueError(
+            "give --bilm PATH (or --model_name_or_path PATH: an ElmoModel folder or a released model's name), or "
+            "--no_elmo for the baseline without ELMo"
+        )
     if model_args.bilm and not Path(model_args.bilm).is_dir():
-        raise ValueError(f"--bilm {model_args.bilm}: not a folder")
+        from elmo_cli import close_released_name
+
+        suggestion = close_released_name(model_args.bilm)
+        hint = f": did you mean {suggestion}? (`elmo download --list`)" if suggestion else ""
+        raise ValueError(f"--bilm {model_args.bilm}: not a folder{hint}")
     resume = training_args.resume_from_checkpoint
     if resume is None and not training_args.overwrite_output_dir:
         output_dir = Path(training_args.output_dir)
@@ -819,10 +839,13 @@ def _tagger_trainer_class():
     - It times its evaluations (``evaluations``: step, metrics, seconds), so that the training clock leaves them
       out and the final evaluation is not repeated.
     - The Trainer's log lines (loss, learning rate) go to stderr: stdout carries only the command's JSON result.
+    - Its progress bar is drawn complete once, with no checkpoint's bar inside it (``progress.use_one_bar``).
     """
     from transformers import Trainer
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+    from transformers.trainer_callback import PrinterCallback
     from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
+
+    from .progress import OneCompleteBar, use_one_bar
 
     class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
         """Length-grouped order from a generator seeded with ``seed + epoch`` (``set_epoch`` is called by the
@@ -845,7 +868,7 @@ def _tagger_trainer_class():
             with contextlib.redirect_stdout(sys.stderr):
                 super().on_log(*args, **kwargs)
 
-    class StderrProgressCallback(ProgressCallback):
+    class StderrProgressCallback(OneCompleteBar):
         def on_log(self, *args, **kwargs):  # tqdm.write prints to stdout
             with contextlib.redirect_stdout(sys.stderr):
                 super().on_log(*args, **kwargs)
@@ -853,10 +876,9 @@ def _tagger_trainer_class():
     class TaggerTrainer(Trainer):
         def __init__(self, *args, time_budget: float = 0.0, **kwargs):
             super().__init__(*args, **kwargs)
-            replacements = ((PrinterCallback, StderrPrinterCallback), (ProgressCallback, StderrProgressCallback))
-            for printer, replacement in replacements:
-                if self.callback_handler.pop_callback(printer) is not None:
-                    self.add_callback(replacement)
+            if self.callback_handler.pop_callback(PrinterCallback) is not None:
+                self.add_callback(StderrPrinterCallback)
+            use_one_bar(self, StderrProgressCallback)
             self.clock = TrainingClock()
             self.budget = TimeBudget(self.clock, time_budget)
             self.add_callback(self.budget)
@@ -973,7 +995,7 @@ def _train(
     if model.uses_bilm and model.config.freeze_bilm:
         # A frozen character encoder gives every word a fixed vector: compute each once.
         words = {w for sentence in data.train_sentences + (data.eval_sentences or []) for w in sentence}
-        model.elmo.build_token_cache(sorted(words), progress=progress)
+        build_token_cache(model.elmo, sorted(words), progress=progress)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     logger.info("model: %s parameters, %s trained", f"{model.num_parameters():,}", f"{trainable:,}")
 
@@ -1047,11 +1069,15 @@ def _train(
     trainer.write_card = write_card
     trainer.save_metrics("all", metrics)
     trainer.save_state()  # trainer_state.json: the log history, every evaluation included
-    if training_args.push_to_hub:
-        trainer.push_to_hub(commit_message="End of training")  # saves the model, writes the card, uploads
-    else:
-        trainer.save_model(training_args.output_dir)  # the model, its config (labels) and the tokenizer
-        trainer.create_model_card()
+    with remote_code(trainer.model, tokenizer) if model_args.remote_code else contextlib.nullcontext():
+        if model_args.remote_code and trainer.is_world_process_zero():
+            # The code files, auto_map and the token-classification pipeline (custom_pipelines) first.
+            save_with_remote_code(trainer.model, tokenizer, training_args.output_dir)
+        if training_args.push_to_hub:
+            trainer.push_to_hub(commit_message="End of training")  # saves the model, writes the card, uploads
+        else:
+            trainer.save_model(training_args.output_dir)  # the model, its config (labels) and the tokenizer
+            trainer.create_model_card()
     if trainer.is_world_process_zero():
         print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, (list, dict))}, indent=1), flush=True)
     if torch.distributed.is_available() and torch.distributed.is_initialized():

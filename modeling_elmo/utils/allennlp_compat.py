@@ -28,7 +28,7 @@ Other differences from AllenNLP, plainly:
 - ``keep_sentence_boundaries=True`` is not supported (the model drops ``<S>``/``</S>`` itself): a ``ValueError``.
 - ``do_layer_norm=True`` normalises each layer over the batch's words; AllenNLP's statistics also included the
   ``<S>``/``</S>`` positions, so the values differ slightly.
-- ``vocab_to_cache`` builds [`ElmoModel.build_token_cache`] (the same vectors, faster); ``word_inputs`` is
+- ``vocab_to_cache`` builds [`build_token_cache`] (the same vectors, faster); ``word_inputs`` is
   accepted and ignored: the character ids give the same words.
 - The state dict's names are this package's, so an AllenNLP checkpoint of a whole model does not load as such.
 - ``ElmoEmbedder.embed_file`` writes this package's ``elmo embed`` layout (AllenNLP's datasets and
@@ -49,9 +49,27 @@ from torch import nn
 from ..characters import MAX_CHARACTERS_PER_TOKEN, word_to_char_ids
 from ..configuration_elmo import ElmoConfig
 from ..modeling_elmo import ElmoLstmState, ElmoModel, ElmoScalarMix
+from .token_cache import build_token_cache
 
 DEFAULT_BATCH_SIZE = 64  # AllenNLP's ElmoEmbedder default
 EMBED_FILE_FORMATS = ("all", "top", "average")
+
+
+def _check_batch(batch: object, what: str) -> None:
+    """``TypeError`` naming what is wrong unless ``batch`` is a list (or tuple) of sentences, each a list (or tuple)
+    of str: the internal errors that None or a bare string would cause otherwise say nothing about the input."""
+    example = "(e.g. [['Hello', 'world']])"
+    if not isinstance(batch, (list, tuple)):
+        raise TypeError(f"{what} takes a list of sentences, each a list of words {example}, got {type(batch).__name__}")
+    for i, sentence in enumerate(batch):
+        if not isinstance(sentence, (list, tuple)):
+            raise TypeError(
+                f"{what} takes a list of sentences, each a list of words {example}: sentence {i} is "
+                f"{type(sentence).__name__}"
+            )
+        for j, word in enumerate(sentence):
+            if not isinstance(word, str):
+                raise TypeError(f"{what}: sentence {i}, word {j} is {type(word).__name__}, not str")
 
 
 def batch_to_ids(batch: Sequence[Sequence[str]]) -> torch.Tensor:
@@ -66,8 +84,7 @@ def batch_to_ids(batch: Sequence[Sequence[str]]) -> torch.Tensor:
         word position, all zeros); the words ``<S>`` and ``</S>`` get the sentence-boundary ids. The same ids as
         AllenNLP's ``ELMoCharacterMapper`` and as [`ElmoTokenizer`]'s ``input_ids``.
     """
-    if isinstance(batch, str) or any(isinstance(sentence, str) for sentence in batch):
-        raise TypeError("batch_to_ids takes a list of sentences, each a list of words (e.g. [['Hello', 'world']])")
+    _check_batch(batch, "batch_to_ids")
     longest = max((len(sentence) for sentence in batch), default=0)
     ids = torch.zeros(len(batch), longest, MAX_CHARACTERS_PER_TOKEN, dtype=torch.long)
     for row, sentence in enumerate(batch):
@@ -105,20 +122,32 @@ def load_elmo_model(
     if weight_file is None:
         if os.path.isfile(options_file):
             raise ValueError(f"{options_file} is a file: give the HDF5 weight_file with it, or a converted folder")
-        from transformers.utils import logging as hf_logging
-
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # no report that the folder's own scalar mixes are left out
-        try:  # the compat classes carry the state themselves (stateful=...), whatever the folder's config says
-            return ElmoModel.from_pretrained(options_file, num_output_representations=0, stateful=False).eval()
-        finally:
-            hf_logging.set_verbosity(verbosity)
+        # The compat classes carry the state themselves (stateful=...), whatever the folder's config says. The
+        # folder's own scalar mixes are left out quietly: ElmoModel declares them (_keys_to_ignore_on_load_unexpected).
+        return ElmoModel.from_pretrained(options_file, num_output_representations=0, stateful=False).eval()
     from ..commands.convert import read_original_weights
 
     config = ElmoConfig.from_options(options_file, num_output_representations=0)
     model = ElmoModel(config)
     model.load_state_dict(read_original_weights(weight_file, config, progress=False), strict=True)
     return model.eval()
+
+
+def _finite_numbers(values: object, name: str) -> list[float]:
+    """``values`` as a list of floats; ``TypeError`` for anything but a sequence of numbers, ``ValueError`` for NaN or
+    infinity (a softmax over them gives NaN weights, and every output NaN)."""
+    if isinstance(values, torch.Tensor):
+        values = values.tolist()
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(f"{name} must be a list of numbers (one per layer), got {type(values).__name__}")
+    numbers = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{name} must hold numbers, got {type(value).__name__} {value!r}")
+        if not np.isfinite(value):
+            raise ValueError(f"{name} must hold finite numbers, got {list(values)}")
+        numbers.append(float(value))
+    return numbers
 
 
 class Elmo(nn.Module):
@@ -157,6 +186,17 @@ class Elmo(nn.Module):
         stateful: bool = True,
     ) -> None:
         super().__init__()
+        # Checked before the (slow) load of the biLM.
+        if isinstance(num_output_representations, bool) or not isinstance(num_output_representations, int):
+            raise TypeError(
+                f"num_output_representations must be an int, got {type(num_output_representations).__name__}"
+            )
+        if num_output_representations < 1:
+            raise ValueError(
+                f"num_output_representations must be at least 1 (the number of mixes), got {num_output_representations}"
+            )
+        if scalar_mix_parameters is not None:
+            scalar_mix_parameters = _finite_numbers(scalar_mix_parameters, "scalar_mix_parameters")
         if keep_sentence_boundaries:
             raise ValueError(
                 "keep_sentence_boundaries=True is not supported: the model adds and drops <S> and </S> itself"
@@ -182,7 +222,7 @@ class Elmo(nn.Module):
         self.stateful = stateful
         self._state = ElmoLstmState()
         if vocab_to_cache is not None:
-            self._elmo_lstm.build_token_cache(list(vocab_to_cache), progress=False)
+            build_token_cache(self._elmo_lstm, list(vocab_to_cache), progress=False)
 
     def get_output_dim(self) -> int:
         """Width of each representation: ``2 * projection_dim`` (1024 for the original model)."""
@@ -204,6 +244,11 @@ class Elmo(nn.Module):
             ``{"elmo_representations": [num_output_representations tensors (batch, timesteps, 2P)], "mask": (batch,
             timesteps) bool}``, zero at padded positions.
         """
+        if not isinstance(inputs, torch.Tensor):
+            raise TypeError(
+                f"inputs must be a tensor of character ids from batch_to_ids (batch, timesteps, 50), got "
+                f"{type(inputs).__name__}"
+            )
         shape = inputs.shape
         if inputs.dim() < 3:
             raise ValueError(f"inputs must be (batch, timesteps, 50) character ids, got shape {tuple(shape)}")
@@ -263,10 +308,16 @@ class ElmoEmbedder:
 
     def embed_sentence(self, sentence: list[str]) -> np.ndarray:
         """``(L + 1, words, 2P)`` float32 (``(3, words, 1024)`` for the original model) for one tokenized sentence."""
+        if not isinstance(sentence, (list, tuple)):
+            raise TypeError(
+                f"embed_sentence takes one sentence as a list of words (e.g. ['Hello', 'world']), got "
+                f"{type(sentence).__name__}"
+            )
         return self.embed_batch([sentence])[0]
 
     def embed_batch(self, batch: list[list[str]]) -> list[np.ndarray]:
         """One ``(L + 1, words_i, 2P)`` array per sentence of one batch."""
+        _check_batch(batch, "embed_batch")
         if all(len(sentence) == 0 for sentence in batch):  # AllenNLP answers these without running the model
             width = 2 * self.elmo_bilm.config.projection_dim
             return [np.zeros((self.elmo_bilm.config.n_layers + 1, 0, width), dtype=np.float32) for _ in batch]
@@ -315,7 +366,7 @@ class ElmoEmbedder:
             forget_sentences: write no ``sentence_to_index``.
             use_sentence_keys: not supported (keys by sentence break on ``/``): ``sentence_to_index`` maps them.
         """
-        from ..commands import cli
+        import elmo_cli as cli  # the `elmo embed` file writing, shared with the command
 
         if output_format not in EMBED_FILE_FORMATS:
             raise ValueError(f"output_format must be one of {EMBED_FILE_FORMATS}, got {output_format!r}")

@@ -20,12 +20,17 @@ chunk of 4096 sentences).
 
 from __future__ import annotations
 
+import ctypes
+import functools
+import sys
 import warnings
 from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+
+from .token_cache import build_token_cache, token_cache_size
 
 # AllenNLP's three (``allennlp elmo --all/--top/--average``, same meanings), then this package's two.
 OUTPUTS = ("all", "top", "average", "elmo", "sentence_mean")
@@ -47,6 +52,34 @@ def _batches(lengths: list[int], batch_size: int, max_batch_words: int) -> Itera
         batch.append(i)
     if batch:
         yield batch
+
+
+def _char_array(ids: list[list[int]], chars: int, dtype: type = np.int16) -> np.ndarray:
+    """A sentence's character ids, ``words`` lists of ``chars`` ints, as a ``(words, chars)`` array (int16 unless
+    a per-model character set needs more)."""
+    array = np.asarray(ids, dtype=dtype)
+    return array.reshape(0, chars) if array.size == 0 else array
+
+
+def _release_freed_memory() -> None:
+    """Give the memory freed by a chunk back to the system (glibc's ``malloc_trim``; elsewhere nothing).
+
+    The batches of a chunk have many shapes, so their freed buffers leave holes of many sizes in the C heap, which
+    glibc keeps: over a long corpus the resident set crept up chunk after chunk (issue 26, 17).
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc only (not musl)
+    except (OSError, AttributeError):
+        return None
 
 
 def resolve_output(output: str) -> str:
@@ -107,7 +140,7 @@ def embed_corpus(
             yields every batch's outputs when the batch is done: each index still comes exactly once, and a
             chunk is complete before the next one starts, but within a chunk the order is by length.
         word_cache: while a chunk runs, hold the character encoder's vectors of its distinct words (and of
-            ``<S>``, ``</S>``) in the model's token cache ([`ElmoModel.build_token_cache`]), dropped at the end.
+            ``<S>``, ``</S>``) in the model's token cache ([`build_token_cache`]), dropped at the end.
             At the original size a word takes 2 KB in float32: about 20 MB for a chunk of 4096 WikiText-2
             sentences (9,000-10,000 distinct words). The outputs are the same (to float rounding). Not done when
             the model already has a token cache: that one is used as it is, and kept.
@@ -123,11 +156,10 @@ def embed_corpus(
     # Checked above at the call, not at the first next(); the work is done by the generator below.
     return _embed_chunks(
         model, tokenizer, sentences, output, batch_size, max_batch_words, chunk_size, is_split_into_words, progress,
-        total, ordered, word_cache and model.token_cache_size == 0,
+        total, ordered, word_cache and token_cache_size(model) == 0,
     )  # fmt: skip
 
 
-@torch.inference_mode()
 def _embed_chunks(
     model,
     tokenizer,
@@ -144,6 +176,9 @@ def _embed_chunks(
 ) -> Iterator[tuple[int, np.ndarray]]:
     """The generator of [`embed_corpus`], on checked arguments; ``cache_chunks``: build a token cache per chunk."""
     device = model.device
+    chars = model.config.max_characters_per_token
+    id_dtype = np.int16 if model.config.n_characters <= np.iinfo(np.int16).max else np.int32
+    needs_word_ids = getattr(model, "needs_vocab_ids", False)
     bar = tqdm(total=total, unit="sent", desc="Embedding", disable=not progress)
     iterator = iter(sentences)
     start = 0
@@ -156,50 +191,80 @@ def _embed_chunks(
                 is_split_into_words = not isinstance(chunk[0], str)
             if not is_split_into_words:
                 chunk = [line.strip() for line in chunk]
-            words = [tokenizer(item, is_split_into_words=is_split_into_words)["input_ids"] for item in chunk]
+            # Each sentence's character ids as one (words, C) array: as lists of ints they took ~10x the memory
+            # (a 56-byte list and 8-byte pointers per word), ~50 MB for a chunk of 4096 sentences.
+            encoded = [tokenizer(item, is_split_into_words=is_split_into_words) for item in chunk]
+            words = [_char_array(item["input_ids"], chars, id_dtype) for item in encoded]
+            # A model with a word input (ELMoForManyLangs) also reads each word's id: its rows end with it.
+            word_ids = [np.asarray(item["vocab_ids"], np.int32) for item in encoded] if needs_word_ids else None
+            chunk_size_read = len(chunk)
+            del chunk, encoded  # the text is not needed any more
             if cache_chunks:
-                distinct = torch.tensor(list({tuple(word) for item in words for word in item}), dtype=torch.long)
-                chars = model.config.max_characters_per_token
-                model.build_token_cache(torch.cat([distinct.view(-1, chars), model.boundary_ids.cpu()]), progress=False)
-            results: list[np.ndarray | None] = [None] * len(chunk) if ordered else []
+                rows = (
+                    words
+                    if word_ids is None
+                    else [np.column_stack([w, i]) for w, i in zip(words, word_ids, strict=True)]
+                )
+                width = model.boundary_ids.shape[-1]  # C, or C + 1 with the word id
+                distinct = np.unique(
+                    np.concatenate([*rows, np.zeros((0, width), rows[0].dtype if rows else id_dtype)]), axis=0
+                )
+                table = torch.cat([torch.from_numpy(distinct).long(), model.boundary_ids.cpu()])
+                with torch.inference_mode():
+                    build_token_cache(model, table, progress=False)
+                del distinct, table, rows
+            results: list[np.ndarray | None] = [None] * chunk_size_read if ordered else []
             for batch in _batches([len(w) for w in words], batch_size, max_batch_words):
-                encoded = tokenizer.pad({"input_ids": [words[i] for i in batch]}, return_tensors="pt")
+                features = {"input_ids": [words[i].tolist() for i in batch]}
+                if word_ids is not None:
+                    features["vocab_ids"] = [word_ids[i].tolist() for i in batch]
+                encoded = tokenizer.pad(features, return_tensors="pt")
                 inputs = {k: v.to(device) for k, v in encoded.items()}
-                out = model(**inputs, output_hidden_states=output in LAYER_OUTPUTS)
-                if output == "all":
-                    per_row = torch.stack(out.hidden_states, dim=1)  # (B, L + 1, W, 2P)
-                elif output == "top":
-                    per_row = out.hidden_states[-1]  # (B, W, 2P)
-                elif output == "average":
-                    per_row = torch.stack(out.hidden_states).mean(dim=0)  # (B, W, 2P), as numpy.average(axis=0)
-                else:
-                    per_row = out.elmo  # (B, W, 2P)
-                for row, i in enumerate(batch):
-                    n = len(words[i])
+                with torch.inference_mode():  # not a decorator: torch's generator wrapper holds the last result
+                    out = model(**inputs, output_hidden_states=output in LAYER_OUTPUTS)
                     if output == "all":
-                        value = per_row[row, :, :n]
-                    elif output == "sentence_mean":  # padding is exactly zero: the masked mean
-                        value = per_row[row, :n].mean(dim=0) if n else per_row.new_zeros(per_row.shape[-1])
+                        per_row = torch.stack(out.hidden_states, dim=1)  # (B, L + 1, W, 2P)
+                    elif output == "top":
+                        per_row = out.hidden_states[-1]  # (B, W, 2P)
+                    elif output == "average":
+                        per_row = torch.stack(out.hidden_states).mean(dim=0)  # (B, W, 2P), as numpy.average(axis=0)
                     else:
-                        value = per_row[row, :n]
-                    value = value.float().cpu().numpy()
-                    if ordered:
-                        results[i] = value
-                    else:
-                        results.append((i, value))
+                        per_row = out.elmo  # (B, W, 2P)
+                    for row, i in enumerate(batch):
+                        n = len(words[i])
+                        if output == "all":
+                            value = per_row[row, :, :n]
+                        elif output == "sentence_mean":  # padding is exactly zero: the masked mean
+                            value = per_row[row, :n].mean(dim=0) if n else per_row.new_zeros(per_row.shape[-1])
+                        else:
+                            value = per_row[row, :n]
+                        value = value.float().cpu().numpy()
+                        if ordered:
+                            results[i] = value
+                        else:
+                            results.append((i, value))
                 bar.update(len(batch))
                 if not ordered:
                     for i, value in results:
                         yield start + i, value
                     results.clear()
+            # Nothing of this chunk outlives it: the cache and the word arrays go before the next chunk is read
+            # (before, they lived on while it was read and tokenized, so two chunks' worth coexisted).
+            if cache_chunks:
+                model.token_cache = None
+            del words
             if ordered:
-                for offset, value in enumerate(results):
+                for offset in range(chunk_size_read):
+                    value, results[offset] = results[offset], None  # the caller holds it, if anyone
                     yield start + offset, value
-            start += len(chunk)
+                    del value
+            results = per_row = out = inputs = encoded = value = None
+            _release_freed_memory()
+            start += chunk_size_read
     finally:
         bar.close()
         if cache_chunks:
-            model.clear_token_cache()
+            model.token_cache = None
 
 
 __all__ = ["OUTPUTS", "embed_corpus", "resolve_output"]

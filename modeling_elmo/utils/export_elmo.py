@@ -18,9 +18,12 @@ Outputs equal the eager model's on the words (about 1e-6); padded positions are 
 
 Stateless only (``config.stateful`` is ignored): every sentence starts from zero states.
 
-The contract of an exported graph (``torch.export`` program or ONNX file). The graph cannot refuse an input, and
-runs on inputs the eager model refuses, giving meaningless outputs (issue #13): call [`check_export_inputs`]
-(numpy arrays or tensors) on every batch before the graph. The eager [`ElmoExportWrapper`] checks them itself.
+The contract of an exported graph (``torch.export`` program or ONNX file). A graph cannot raise an error, so it
+marks what it cannot refuse: each sentence whose inputs break the contract gets NaN in all its outputs (``elmo``
+and every layer), the other sentences of the batch their normal values. To be refused with a clear error, run an
+ONNX file through [`ElmoOnnxSession`] (an ``onnxruntime`` session that checks each batch first), or call
+[`check_export_inputs`] (numpy arrays or tensors) on every batch before the graph. The eager
+[`ElmoExportWrapper`] checks them itself.
 
 - ``input_ids``: ``(B, W, C)`` int64, ``C = config.max_characters_per_token``, ``B, W >= 1``; every id of a
   word (mask 1) in ``[0, 262)`` (as [`ElmoTokenizer`] makes them). ONNX ``Gather`` counts a negative id from the
@@ -30,8 +33,8 @@ runs on inputs the eager model refuses, giving meaningless outputs (issue #13): 
   The graph takes ``sum(mask)`` of a row as its length and also zeroes the words where the mask is 0, so a
   left-padded or gapped mask gives meaningless outputs, and other values (2, -1) count as 1.
 
-    check_export_inputs(input_ids, attention_mask, config)   # raises ValueError/TypeError; then
-    session.run(None, {"input_ids": input_ids, "attention_mask": attention_mask})
+    session = ElmoOnnxSession("elmo.onnx")            # onnxruntime, CPU by default
+    elmo, layers = session(input_ids, attention_mask)  # numpy; ValueError/TypeError outside the contract
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..characters import NUM_CHARACTERS
+
 INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAMES = ("elmo", "layers")
 
@@ -52,6 +57,18 @@ def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     steps = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
     index = torch.where(steps < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - steps, steps)
     return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
+
+
+def _valid_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` bool: whether each sentence keeps the contract (mask of 0/1, right-padded, ids at words in
+    ``[0, 262)``), computed with tensor operations only, so that an exported graph holds it."""
+    binary = ((attention_mask == 0) | (attention_mask == 1)).all(dim=1)
+    words = attention_mask != 0
+    # Right-padded: the words are exactly the first sum(mask) positions (no slicing: it would specialise W).
+    prefix = torch.arange(words.shape[1], device=words.device).unsqueeze(0) < words.sum(dim=1, keepdim=True)
+    right_padded = (words == prefix).all(dim=1)
+    bad_ids = ((input_ids < 0) | (input_ids >= NUM_CHARACTERS)) & words.unsqueeze(-1)
+    return binary & right_padded & ~bad_ids.flatten(1).any(dim=1)
 
 
 def _scan():
@@ -70,13 +87,16 @@ class ElmoExportWrapper(nn.Module):
     returns ``elmo`` ``(B, W, 2P)`` (the first scalar mix, or the mean of the layers if the model has none) and
     ``layers`` ``(L + 1, B, W, 2P)`` (``[x; x]``, then ``[forward_h; backward_h]`` of each LSTM layer), both zero
     at padded words. The attention mask must be right-padded (1 for words, then 0). Called eagerly, it refuses inputs
-    outside that contract with [`check_export_inputs`]; exported graphs do not (call it before them).
+    outside that contract with [`check_export_inputs`]; exported graphs cannot raise and give NaN for such a
+    sentence instead (check before them, or run an ONNX file with [`ElmoOnnxSession`]).
     """
 
     def __init__(self, model: nn.Module):
         super().__init__()
         if getattr(model, "char_cnn", None) is None or getattr(model, "bilm", None) is None:
             raise TypeError(f"ElmoExportWrapper wraps an ElmoModel, got {type(model).__name__}")
+        if model.config.char_vocabulary != "elmo":
+            raise ValueError("exporting an ELMoForManyLangs model (its own characters and word input) is not supported")
         self.model = model
         self.config = model.config
 
@@ -131,7 +151,8 @@ class ElmoExportWrapper(nn.Module):
         ids = torch.cat(
             [
                 bos.expand(batch, 1, chars),
-                input_ids * mask.unsqueeze(-1).to(input_ids.dtype),
+                # clamped: an id outside [0, 262) at a word is no index error, but a NaN row (see below)
+                (input_ids * mask.unsqueeze(-1).to(input_ids.dtype)).clamp(0, NUM_CHARACTERS - 1),
                 input_ids.new_zeros(batch, 1, chars),
             ],
             dim=1,
@@ -153,7 +174,12 @@ class ElmoExportWrapper(nn.Module):
             elmo = self.model.scalar_mixes[0](layers, mask)
         else:
             elmo = torch.stack(layers).mean(dim=0)
-        return elmo, torch.stack(layers)
+        # The graph cannot raise: a sentence outside the contract gets NaN everywhere, so that a caller who skipped
+        # check_export_inputs sees it rather than plausible numbers.
+        valid = _valid_rows(input_ids, attention_mask)
+        nan = elmo.new_full((), float("nan"))
+        elmo = torch.where(valid.view(-1, 1, 1), elmo, nan)
+        return elmo, torch.where(valid.view(1, -1, 1, 1), torch.stack(layers), nan)
 
 
 def check_export_inputs(input_ids, attention_mask, config) -> None:
@@ -163,7 +189,7 @@ def check_export_inputs(input_ids, attention_mask, config) -> None:
     Args:
         input_ids: ``(B, W, C)`` int64 character ids, a numpy array or a tensor.
         attention_mask: ``(B, W)`` int64 0/1 mask, right-padded; a numpy array or a tensor.
-        config: the exported model's [`ElmoConfig`] (for ``max_characters_per_token``).
+        config: the exported model's [`ElmoConfig`], or its ``max_characters_per_token`` (an int).
 
     Raises:
         TypeError: an input is neither a numpy array nor a tensor.
@@ -184,7 +210,41 @@ def check_export_inputs(input_ids, attention_mask, config) -> None:
         if value.dim() < 2 or 0 in value.shape[:2]:
             raise ValueError(f"{name} must have at least one sentence and one word, got shape {tuple(value.shape)}")
         tensors.append(value)
-    check_inputs(tensors[0], tensors[1], config.max_characters_per_token)
+    chars = config if isinstance(config, int) else config.max_characters_per_token
+    check_inputs(tensors[0], tensors[1], chars)
+
+
+class ElmoOnnxSession:
+    """An ``onnxruntime`` session of an ELMo ONNX file (from [`export_onnx`]) that refuses, with the eager model's
+    errors, every batch outside the graph's contract (which the graph itself would answer with NaN rows).
+
+    ``session(input_ids (B, W, C), attention_mask (B, W))``, int64 numpy arrays or tensors, returns the numpy
+    arrays ``(elmo (B, W, 2P), layers (L + 1, B, W, 2P))``. ``C`` is read from the file. Keyword arguments go to
+    ``onnxruntime.InferenceSession`` (``providers`` defaults to the CPU); the session is ``.session``.
+    """
+
+    def __init__(self, path: str | os.PathLike, **session_kwargs):
+        try:
+            import onnxruntime
+        except ImportError as error:
+            raise ImportError(f"ElmoOnnxSession needs onnxruntime (pip install onnxruntime): {error}") from error
+        session_kwargs.setdefault("providers", ["CPUExecutionProvider"])
+        self.session = onnxruntime.InferenceSession(os.fspath(path), **session_kwargs)
+        inputs = {i.name: i.shape for i in self.session.get_inputs()}
+        outputs = [o.name for o in self.session.get_outputs()]
+        shape = inputs.get(INPUT_NAMES[0])
+        if set(inputs) != set(INPUT_NAMES) or outputs != list(OUTPUT_NAMES) or not isinstance(shape[-1], int):
+            raise ValueError(f"{os.fspath(path)} is not an ELMo graph from export_onnx (inputs {sorted(inputs)})")
+        self.max_characters_per_token = shape[-1]
+
+    def __call__(self, input_ids, attention_mask):
+        check_export_inputs(input_ids, attention_mask, self.max_characters_per_token)
+        feed = {
+            name: value.numpy(force=True) if isinstance(value, torch.Tensor) else value
+            for name, value in zip(INPUT_NAMES, (input_ids, attention_mask), strict=True)
+        }
+        elmo, layers = self.session.run(list(OUTPUT_NAMES), feed)
+        return elmo, layers
 
 
 def example_inputs(config, batch: int = 2, words: int = 5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -251,4 +311,11 @@ def export_onnx(
     return os.fspath(path)
 
 
-__all__ = ["ElmoExportWrapper", "check_export_inputs", "example_inputs", "export_onnx", "export_program"]
+__all__ = [
+    "ElmoExportWrapper",
+    "ElmoOnnxSession",
+    "check_export_inputs",
+    "example_inputs",
+    "export_onnx",
+    "export_program",
+]

@@ -16,7 +16,8 @@ convolutions and the scalar mixes stay in float32.
 The kernels are PyTorch's own (``torch.ops.quantized.linear_dynamic``, the backend of
 ``torch.ao.nn.quantized.dynamic.Linear``: FBGEMM on x86, which uses AVX-512 VNNI or AVX2), so nothing beyond torch
 is needed. On a CPU without VNNI they still give the same results, more slowly. The model is for inference only
-(no gradients) and on CPU only; it cannot be saved with ``save_pretrained`` (quantize again after loading).
+(no gradients) and on CPU only; ``save_pretrained`` refuses it, before writing anything (quantize again after
+loading the float32 model).
 
 A model with a head (a tagger, a classifier, the LM head) is quantized in its base biLM (``model.elmo``) only: the
 head keeps its float32 weights and reads the biLM's float32 outputs.
@@ -30,7 +31,8 @@ import warnings
 import torch
 from torch import nn
 
-from ..modeling_elmo import BOTH_DIRECTIONS, ElmoBiLstmLayer, ElmoModel, ElmoPreTrainedModel, _stacked
+from ..fast_path_elmo import BOTH_DIRECTIONS, _stacked
+from ..modeling_elmo import ElmoBiLstmLayer, ElmoModel, ElmoPreTrainedModel
 
 
 def _quantize_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -70,6 +72,8 @@ def _linear(x: torch.Tensor, packed) -> torch.Tensor:
 class Int8Linear(nn.Module):
     """``nn.Linear`` with its product in int8 (per-channel weights, dynamic activations), float32 in and out."""
 
+    holds_int8_weights = True  # packed outside the state dict: save_pretrained refuses the model
+
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
@@ -86,6 +90,9 @@ class Int8Linear(nn.Module):
 class Int8BiLstmLayer(ElmoBiLstmLayer):
     """An [`ElmoBiLstmLayer`] whose three products (input, recurrent, projection) run in int8; the recurrence,
     the float32 cell state and the clips are the float32 layer's own (``ElmoBiLstmLayer.forward``)."""
+
+    holds_int8_weights = True
+    use_prepacked_weights = False  # its products are int8 ones: the float32 CPU fast path does not apply
 
     def __init__(self, layer: ElmoBiLstmLayer):
         nn.Module.__init__(self)
@@ -132,8 +139,11 @@ def quantize_int8(model: ElmoPreTrainedModel) -> ElmoPreTrainedModel:
     included) stops requiring grad: the int8 products have no gradient. The head's parameters are untouched
     (float32, ``requires_grad`` as they were). The whole model is put in eval mode.
 
-    ``ValueError`` for anything else than such a model, and for a base model on another device or in another dtype
-    (or a head off the CPU).
+    ``ValueError`` for anything else than such a model, for a base model on another device or in another dtype
+    (or a head off the CPU), for a model quantized already (quantizing twice is refused, not a no-op: the int8
+    weights cannot be quantized again) and for a NaN or infinite weight in the base model (named). Nothing is changed
+    then. ``save_pretrained`` refuses the quantized model (the int8 weights are not in its state dict): save the
+    float32 model and quantize after loading.
     """
     base = model.base_model if isinstance(model, ElmoPreTrainedModel) else None
     if not isinstance(base, ElmoModel):
@@ -141,13 +151,24 @@ def quantize_int8(model: ElmoPreTrainedModel) -> ElmoPreTrainedModel:
             "quantize_int8 takes an ElmoModel or a model whose base model (model.elmo) is an ElmoModel, got "
             f"{type(model).__name__}"
         )
+    done = [name for name, module in base.named_modules() if getattr(module, "holds_int8_weights", False)]
+    if done:
+        raise ValueError(f"the model is already quantized to int8 ({done[0]} is int8): quantize_int8 runs once")
     devices = {p.device.type for p in model.parameters()}
     if devices != {"cpu"} or base.dtype != torch.float32:
         raise ValueError(
             f"quantize_int8 takes a float32 model on CPU (int8 kernels are CPU kernels), got a {base.dtype} biLM on "
             f"{', '.join(sorted(devices))}: load it without dtype= and quantize before moving it"
         )
-    base.clear_token_cache()  # built with the float32 encoder; build it again after quantizing if wanted
+    # A NaN or infinite weight has no int8 scale (torch fails on it with "min should be less than or equal to
+    # max"): named here, before anything is changed.
+    prefix = "" if base is model else f"{model.base_model_prefix}."
+    for name, parameter in base.named_parameters():
+        if parameter.is_floating_point() and not bool(torch.isfinite(parameter).all()):
+            raise ValueError(
+                f"quantize_int8: the weight {prefix}{name} holds NaN or infinite values; nothing was quantized"
+            )
+    base.token_cache = None  # built with the float32 encoder; build it again after quantizing if wanted
     encoder = base.char_cnn
     for highway in encoder.highways:
         highway.carry, highway.transform = Int8Linear(highway.carry), Int8Linear(highway.transform)

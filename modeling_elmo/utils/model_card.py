@@ -1,13 +1,14 @@
 """Model cards (README.md with Hub metadata) for saved ELMo folders.
 
 [`build_model_card`] describes a model from its config (sizes, task, labels, how to load it) and from what the
-caller knows (license, datasets, the base model, measured metrics), so that any ``save_pretrained`` can write one.
+caller knows (license, datasets, the base model, measured metrics); the commands that write folders use it.
 The metadata is built with ``huggingface_hub``'s ``ModelCardData`` and ``EvalResult`` (the Hub's ``model-index``),
 so the Hub shows the metrics and links the datasets and the base model. A README that this module did not write
 is the user's and is never replaced.
 
-Travels with the model (the model's ``save_pretrained`` uses it): the standard library and ``huggingface_hub`` (a
-dependency of transformers) only.
+How to load the model, in the card: with this package installed (``import modeling_elmo`` registers ELMo with
+transformers) for a plain folder; with ``trust_remote_code=True`` for a folder that carries its code (``auto_map``
+in its config: see ``modeling_elmo.utils.hub.save_with_remote_code``).
 """
 
 from __future__ import annotations
@@ -94,7 +95,10 @@ def build_model_card(
     name = repo_id or "YOUR-NAME/elmo-model"
     params = bilm_parameter_count(config)
     size = f"{config.n_layers}x{config.lstm_dim}_{config.projection_dim}"
-    tags = ["elmo", "bilm", "contextual-embeddings", "custom_code"]
+    # A folder with code files (auto_map) loads without the package, through trust_remote_code.
+    remote = bool(getattr(config, "auto_map", None))
+    trust = ", trust_remote_code=True" if remote else ""
+    tags = ["elmo", "bilm", "contextual-embeddings"] + (["custom_code"] if remote else [])
     if tagger:
         tags.append("ner")
     # Others have only placeholder labels.
@@ -164,13 +168,16 @@ def build_model_card(
     body += [
         "## How to use",
         "",
-        "The code travels with the model, so only `transformers`, `torch` and `tokenizers` are needed:",
+        "The code travels with the model, so only `transformers`, `torch` and `tokenizers` are needed:"
+        if remote
+        else "Install the `modeling-elmo` package; `import modeling_elmo` registers ELMo with transformers:",
         "",
         "```python",
+        *([] if remote else ["import modeling_elmo  # noqa: F401 (registers ELMo with transformers)"]),
         f"from transformers import AutoTokenizer, {auto_class}",
         "",
-        f'tokenizer = AutoTokenizer.from_pretrained("{name}", trust_remote_code=True)',
-        f'model = {auto_class}.from_pretrained("{name}", trust_remote_code=True)',
+        f'tokenizer = AutoTokenizer.from_pretrained("{name}"{trust})',
+        f'model = {auto_class}.from_pretrained("{name}"{trust})',
         'batch = tokenizer(["The cat sat on the mat."], return_tensors="pt")',
         "outputs = model(**batch)",
         "```",
@@ -183,8 +190,7 @@ def build_model_card(
             "```python",
             "from transformers import pipeline",
             "",
-            f'ner = pipeline("token-classification", model="{name}", trust_remote_code=True, '
-            'aggregation_strategy="simple")',
+            f'ner = pipeline("token-classification", model="{name}"{trust}, aggregation_strategy="simple")',
             'ner("Angela Merkel visited Paris.")',
             "```",
             "",
@@ -196,7 +202,7 @@ def build_model_card(
             "```python",
             "from transformers import pipeline",
             "",
-            f'classify = pipeline("text-classification", model="{name}", trust_remote_code=True)',
+            f'classify = pipeline("text-classification", model="{name}"{trust})',
             'classify("The cat sat on the mat.")',
             "```",
             "",
@@ -205,9 +211,9 @@ def build_model_card(
         body += [
             "`outputs.elmo` is `(batch, words, "
             f"{2 * config.projection_dim})`, one vector per word (the model adds `<S>`/`</S>` itself); "
-            '`pipeline("feature-extraction", model=..., trust_remote_code=True)` gives the same per word. '
+            f'`pipeline("feature-extraction", model=...{trust})` gives the same per word. '
             "Sentence vectors as TF-Hub's ELMo module (`default`, `word_emb`, `lstm_outputs1`, `lstm_outputs2`, "
-            "`elmo`): `model.tf_hub_outputs(**batch)`.",
+            "`elmo`): `modeling_elmo.utils.inference.tf_hub_outputs(model, **batch)`.",
             "",
         ]
     body += [

@@ -1,5 +1,9 @@
 """The ``elmo`` command: convert weights, embed text to HDF5, compare words in context, train.
 
+It lives outside the ``modeling_elmo`` package because ``import modeling_elmo`` registers the package with
+transformers (and so imports torch and transformers): ``elmo --help`` and argument errors answer without that, and
+each subcommand imports the package when it runs.
+
 Subcommands (``elmo SUBCOMMAND --help`` for each):
 
 - ``elmo convert``: original ``options.json`` + HDF5 weights to a model folder (``modeling_elmo.commands.convert``).
@@ -27,6 +31,7 @@ imported at start-up: torch, transformers and the model load when a subcommand n
 from __future__ import annotations
 
 import argparse
+import codecs
 import contextlib
 import errno
 import importlib
@@ -41,7 +46,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
-DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
+# The package's folder, found without importing the package (which would import torch and transformers).
+PACKAGE_DIR = Path(importlib.util.find_spec("modeling_elmo").submodule_search_locations[0])
+DEMO_MODEL_DIR = PACKAGE_DIR / "commands" / "demo_model"
 # `elmo embed --output_type`: AllenNLP's three (same meanings as `allennlp elmo --all/--top/--average`), then this
 # package's two. Kept equal to modeling_elmo.utils.embedding_elmo.OUTPUTS (not imported: it imports torch).
 OUTPUT_TYPES = ("all", "top", "average", "elmo", "sentence_mean")
@@ -132,13 +139,13 @@ def demo_model_path() -> Path:
     use without ``--model``).
 
     The demo model is a toy-sized biLM (2 layers, LSTM 256, projection 64) that this project trained on WikiText-2,
-    not the released ELMo: it runs the examples without a download. The folder is a complete saved model (weights,
-    tokenizer, code files and ``auto_map``), so ``AutoModel.from_pretrained(demo_model_path())`` works with this
-    package imported, and with ``trust_remote_code=True`` without it. Light: imports neither torch nor transformers.
+    not the released ELMo: it runs the examples without a download. The folder is a plain saved model (config,
+    weights, tokenizer and card; no code), so ``AutoModel.from_pretrained(demo_model_path())`` works with this
+    package imported. Light: imports neither torch nor transformers.
 
     ```python
     from modeling_elmo import ElmoModel, ElmoTokenizer
-    from modeling_elmo.commands.cli import demo_model_path
+    from elmo_cli import demo_model_path
 
     model = ElmoModel.from_pretrained(demo_model_path())
     tokenizer = ElmoTokenizer.from_pretrained(demo_model_path())
@@ -149,18 +156,50 @@ def demo_model_path() -> Path:
     return DEMO_MODEL_DIR
 
 
+def close_released_name(name: str) -> str | None:
+    """The released model's name (or alias) that ``name`` is most likely a misspelling of, or None.
+
+    Only for a bare name (no ``/``, so not a Hub id ``owner/name``) that is no released name itself: ``orignal`` ->
+    ``original``, ``smal`` -> ``small``. Light: no network, no torch.
+    """
+    import difflib
+
+    from .download import canonical_name, released_model_names
+
+    if "/" in name or canonical_name(name) is not None:
+        return None
+    names = {known.lower(): known for known in released_model_names()}
+    match = difflib.get_close_matches(name.strip().lower(), list(names), n=1, cutoff=0.75)
+    return names[match[0]] if match else None
+
+
+def check_model_name(model: str | None) -> None:
+    """[`CliError`] for a ``--model`` that names no folder and is a misspelt released name (``orignal``), with the
+    suggestion: at once, before torch is imported or the Hub is asked."""
+    if model is None or os.path.exists(model):
+        return
+    suggestion = close_released_name(model)
+    if suggestion is not None:
+        raise CliError(
+            f"--model {model}: no such folder, and not a released model: did you mean {suggestion}? "
+            "(`elmo download --list` lists the released models)"
+        )
+
+
 def resolve_model(model: str | None) -> str:
     """``model`` as given, a released model's name as its converted folder (downloaded on first use), or the
-    bundled demo model's folder; a clear error if none exists."""
+    bundled demo model's folder; a clear error if none exists. A misspelt released name (``orignal``) that names
+    no folder fails at once with a suggestion, instead of being looked up on the Hub."""
     if model is not None:
         if not os.path.exists(model):  # an existing folder wins over a released name
-            from .download import DownloadError, canonical_name, download_released_model
+            from modeling_elmo.commands.download import DownloadError, canonical_name, download_released_model
 
             if canonical_name(model) is not None:
                 try:
                     return str(download_released_model(model))
                 except DownloadError as err:
                     raise CliError(f"--model {model}: {err}") from err
+            check_model_name(model)
         if os.path.isdir(model) and not os.path.isfile(os.path.join(model, "config.json")):
             raise CliError(
                 f"--model {model} is not a folder with config.json: a model folder (made by `elmo convert` or "
@@ -242,8 +281,8 @@ def load_model(model: str | None, device, dtype: str = "float32", quantize: str 
     name = resolve_model(model)
     from transformers.utils import logging as hf_logging
 
-    from ..modeling_elmo import ElmoModel, hub_local_files_only
-    from ..tokenization_elmo import ElmoTokenizer
+    from modeling_elmo import ElmoModel, ElmoTokenizer
+    from modeling_elmo.utils.hub import hub_local_files_only
 
     offline = False
     if not os.path.exists(name):  # a Hub id: one quick check that it can be had, instead of minutes of retries
@@ -269,7 +308,7 @@ def load_model(model: str | None, device, dtype: str = "float32", quantize: str 
         if bar_was_on:
             hf_logging.enable_progress_bar()
     if quantize == "int8":
-        from ..utils.quantize_elmo import quantize_int8
+        from modeling_elmo.utils.quantize_elmo import quantize_int8
 
         return tokenizer, quantize_int8(elmo.eval())
     return tokenizer, elmo.to(device).eval()
@@ -317,13 +356,16 @@ def split_sentences(paragraph: str) -> list[str]:
 
 def read_sentences(stream: TextIO, raw: bool) -> Iterator[str]:
     """Sentences of ``stream``: one per line, or with ``raw`` paragraphs (blank-line separated) split by
-    [`split_sentences`]. Streams: holds one paragraph at a time."""
+    [`split_sentences`]. Streams: holds one paragraph at a time. A line holding a NUL character is refused by
+    number ([`CliError`]): it is not text (HDF5 cannot even store it as the words of a sentence)."""
     if not raw:
-        for line in stream:
+        for number, line in enumerate(stream, 1):
+            _check_text_line(stream, number, line)
             yield line.rstrip("\r\n")
         return
     paragraph: list[str] = []
-    for line in stream:
+    for number, line in enumerate(stream, 1):
+        _check_text_line(stream, number, line)
         if line.strip():
             paragraph.append(line)
             continue
@@ -334,13 +376,45 @@ def read_sentences(stream: TextIO, raw: bool) -> Iterator[str]:
         yield from split_sentences(" ".join(paragraph))
 
 
-def _count_lines(path: str) -> int:
-    """Lines of a file as ``for line in file`` counts them (a last line without newline counts)."""
+def _nul_message(source: str, number: int) -> str:
+    return (
+        f"{source}: line {number} holds a NUL character (\\0), which is not text: is the file UTF-16 or binary? "
+        "Convert it to UTF-8 text (e.g. with iconv) or remove the NUL characters"
+    )
+
+
+def _check_text_line(stream: TextIO, number: int, line: str) -> None:
+    if "\0" in line:
+        name = getattr(stream, "name", None)
+        raise CliError(_nul_message("the input" if not isinstance(name, str) or name == "<stdin>" else name, number))
+
+
+def scan_text_file(path: str) -> int:
+    """Lines of a file as ``for line in file`` counts them (a last line without newline counts), checking on the way
+    that it is UTF-8: [`CliError`] naming the first bad line otherwise. One pass over the file, before the model
+    loads, so that a wrong file fails in a second, not after the model has loaded. A NUL character is refused too
+    (UTF-16 or binary input), naming its line."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
     count, last = 0, b"\n"
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
+            at = block.find(b"\0")
+            if at >= 0:
+                raise CliError(_nul_message(path, count + block.count(b"\n", 0, at) + 1))
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as err:
+                line = count + block.count(b"\n", 0, max(err.start, 0)) + 1
+                raise CliError(
+                    f"{path} is not UTF-8 text (line {line}: {err.reason}, byte {err.object[err.start : err.end]!r}); "
+                    "convert it, e.g. with iconv -f latin1 -t utf-8"
+                ) from None
             count += block.count(b"\n")
             last = block[-1:]
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as err:
+        raise CliError(f"{path} is not UTF-8 text (it ends inside a character: {err.reason})") from None
     return count + (last != b"\n")
 
 
@@ -534,7 +608,7 @@ def _write_sentences(
     import h5py
     import numpy as np
 
-    from ..utils.embedding_elmo import embed_corpus
+    from modeling_elmo.utils.embedding_elmo import embed_corpus
 
     if sentence_index not in ("json", "list", "none"):
         raise ValueError(f"sentence_index must be 'json', 'list' or 'none', got {sentence_index!r}")
@@ -828,9 +902,15 @@ def run_embed(args: argparse.Namespace) -> int:
         raise CliError("several processes cannot share stdin: give a text file when running under accelerate/torchrun")
     if stdin and sys.stdin.isatty():
         raise CliError("no input: give a text file, or pipe text in (e.g. `echo 'Hello world .' | elmo embed`)")
+    if not stdin and os.path.isdir(args.input):
+        raise CliError(f"input {args.input} is a folder, not a text file: give a file (one sentence per line)")
     if not stdin and not os.path.isfile(args.input):
-        raise CliError(f"input file {args.input} not found")
+        what = "not found" if not os.path.exists(args.input) else "is not a regular file"
+        raise CliError(f"input file {args.input} {what}")
     check_device_name(args.device)
+    check_model_name(args.model)
+    # Before the model loads: a file that is not UTF-8 fails now (its lines are counted on the way, for the bar).
+    args.input_lines = None if stdin else scan_text_file(args.input)
 
     with _signals_unwind():
         if world == 1:
@@ -863,7 +943,7 @@ def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
     stream = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
     total = None
     if args.input != "-" and not args.raw:
-        lines = _count_lines(args.input)
+        lines = args.input_lines if getattr(args, "input_lines", None) is not None else scan_text_file(args.input)
         total = max(0, (lines - rank + world - 1) // world)
     attrs = {
         "output_type": args.output_type,
@@ -911,8 +991,26 @@ def _embed_single(args, output: str) -> int:
             raise
     finally:
         _unlock_output(output, lock)
-    print(f"Wrote {count} sentences ({args.output_type}) to {output}", file=sys.stderr)
+    _report_written(args, count, output)
     return 0
+
+
+def _sentences(count: int) -> str:
+    return f"{count} sentence" if count == 1 else f"{count} sentences"
+
+
+def _report_written(args, count: int, output: str, world: int = 1) -> None:
+    """The last line of `elmo embed` (stderr), and a warning when the input held no sentence at all: the run
+    succeeds (exit 0, a valid file of zero sentences, so that a script over many files goes on), but an empty
+    input is most often a mistake (the wrong file, a pipe that sent nothing)."""
+    processes = f" from {world} processes" if world > 1 else ""
+    print(f"Wrote {_sentences(count)} ({args.output_type}){processes} to {output}", file=sys.stderr)
+    if count == 0:
+        source = "stdin" if args.input == "-" else args.input
+        print(
+            f"elmo embed: warning: no sentences were read from {source}; {output} holds none",
+            file=sys.stderr,
+        )
 
 
 def _embed_distributed(args, output: str, rank: int, world: int, local_rank: int) -> int:
@@ -960,9 +1058,7 @@ def _embed_distributed(args, output: str, rank: int, world: int, local_rank: int
                 _publish(temp, output, args.overwrite)
                 for part in parts:
                     _remove(part)
-                print(
-                    f"Wrote {count} sentences ({args.output_type}) from {world} processes to {output}", file=sys.stderr
-                )
+                _report_written(args, count, output, world)
             except Exception as err:
                 _remove(temp)
                 merge_error = err
@@ -1060,6 +1156,7 @@ def run_similar(args: argparse.Namespace) -> int:
     sentences = list(args.sentences) if example is None else list(example.sentences)
     if len(sentences) < 2:
         raise CliError("give at least two sentences to compare")
+    check_model_name(args.model)
     if args.plot:  # checked before the model loads
         plot_dir = Path(args.plot).resolve().parent
         if not plot_dir.is_dir():
@@ -1106,9 +1203,41 @@ def run_similar(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
+# `elmo convert`'s input files and how its messages name them (modeling_elmo.commands.convert._check_readable).
+_CONVERT_INPUTS = {"--options_file": "options file", "--weight_file": "weight file", "--vocab_file": "vocab file"}
+
+
+def check_convert_inputs(argv: list[str]) -> None:
+    """[`CliError`] for an input file of ``elmo convert ARGV`` that does not exist or is a folder, before the
+    converter (torch, transformers: seconds) is imported. Anything else, usage errors included, is left to the
+    converter's own checks."""
+    if any(arg in ("-h", "--help") for arg in argv):
+        return
+    light = argparse.ArgumentParser(add_help=False)
+    for flag in (*_CONVERT_INPUTS, "--manylangs_dir"):
+        light.add_argument(flag)
+    try:
+        with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):  # its usage errors are not ours
+            known, _ = light.parse_known_args(argv)
+    except SystemExit:
+        return
+    if known.manylangs_dir is not None:  # these flags are then a usage error, which the converter names
+        return
+    for flag, label in _CONVERT_INPUTS.items():
+        path = getattr(known, flag.lstrip("-"))
+        if path is None:
+            continue
+        if not os.path.exists(path):
+            raise CliError(f"{label} not found: {path}")
+        if os.path.isdir(path):
+            raise CliError(f"{label} {path} is a folder, not a file ({flag})")
+
+
 def run_delegated(command: str, argv: list[str]) -> int:
     """Run ``module.main(argv)`` of a delegated subcommand, with clear errors when it cannot be imported."""
     module_name, _ = DELEGATED[command]
+    if command == "convert":
+        check_convert_inputs(argv)
     if command.startswith("train-"):  # the training commands need the [train] extra; say so before transformers does
         missing = [name for name in TRAIN_EXTRA if importlib.util.find_spec(name) is None]
         if missing:
@@ -1117,6 +1246,7 @@ def run_delegated(command: str, argv: list[str]) -> int:
                 'pip install "modeling-elmo[train]" (from a checkout: pip install -e ".[train]")'
             )
     try:
+        import_package()
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name == module_name:
@@ -1206,8 +1336,9 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="""Embed text into an HDF5 file of ELMo vectors, in the layout of AllenNLP's `allennlp elmo`.
 
-Input: one sentence per line (line i is sentence i; an empty line is a sentence of zero words). Each line is
-split into words by the model's tokenizer (punctuation split off, as the released models were trained), or
+Input: one sentence per line (line i is sentence i; an empty line is a sentence of zero words; an empty file
+gives a file of zero sentences, exit 0, with a warning on stderr), UTF-8 (checked before the model loads). Each
+line is split into words by the model's tokenizer (punctuation split off, as the released models were trained), or
 with --tokenized on whitespace only, keeping your tokens (`I do n't know .` stays 5 words), as AllenNLP and
 flair read lines. With --raw: free text, paragraphs (separated by blank lines) split into sentences at . ! ?
 followed by a capitalised word (simple rules; abbreviations such as Mr. and e.g. do not end a sentence).
@@ -1239,8 +1370,8 @@ full disk stops the run at the first failed write. A run holds a lock on OUT (.O
 second run to the same OUT is refused, with or without --overwrite, and without --overwrite a file that appears
 at OUT during the run is never replaced. sentence_to_index holds every distinct sentence in memory until the
 end; for corpora larger than memory, pass --forget_sentences.
-Several processes: accelerate launch --multi_gpu --num_processes N -m modeling_elmo.commands.cli embed FILE -o OUT
-(also on CPU; or torchrun --nproc_per_node N -m modeling_elmo.commands.cli embed ...). Each process embeds every
+Several processes: accelerate launch --multi_gpu --num_processes N -m elmo_cli embed FILE -o OUT
+(also on CPU; or torchrun --nproc_per_node N -m elmo_cli embed ...). Each process embeds every
 N-th sentence into a part file; process 0 merges them in input order and deletes the parts.""",
     )
     embed.add_argument("input", nargs="?", default="-", help="UTF-8 text file; - or nothing reads stdin")
@@ -1324,6 +1455,22 @@ N-th sentence into a part file; process 0 merges them in input order and deletes
     return parser
 
 
+def import_package() -> None:
+    """Import ``modeling_elmo`` (which registers it with transformers) for a subcommand. The command's own output
+    leaves out transformers' notice that the package's class now serves the stock "token-classification" task: a
+    Python user sees it once, a command's user has nothing to do with it."""
+    if "modeling_elmo" in sys.modules:
+        return
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        importlib.import_module("modeling_elmo")
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``elmo`` command; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -1346,6 +1493,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return 2
+        import_package()
         return args.func(args)
     except CliError as err:
         print(f"error: {err}", file=sys.stderr)

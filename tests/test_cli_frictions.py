@@ -1,0 +1,218 @@
+"""Natural mistakes get fast, clear answers (issue 29 point 4): a misspelt released name, a folder or an empty file as
+the input, non-UTF-8 input and missing convert inputs reported before any heavy work, train-tagger's
+--model_name_or_path, and a quiet train-tagger whose final progress bar is drawn once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import TINY_SIZES
+
+import elmo_cli as cli
+from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+
+REPO = Path(__file__).resolve().parent.parent
+HEAVY = ("torch", "transformers", "huggingface_hub")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]), OMP_NUM_THREADS="1")
+    for name in ("TRANSFORMERS_VERBOSITY", "TRANSFORMERS_NO_ADVISORY_WARNINGS", "PYTHONWARNINGS"):
+        env.pop(name, None)  # transformers' logging and Python's warnings at their defaults
+    return env
+
+
+def _elmo(*args: str, cwd: Path, importtime: bool = False) -> subprocess.CompletedProcess:
+    """The real `elmo` command in a fresh interpreter."""
+    flags = ["-X", "importtime"] if importtime else []
+    command = [sys.executable, *flags, "-m", "elmo_cli", *map(str, args)]
+    return subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
+
+
+def _imported(stderr: str) -> set[str]:
+    """Top-level packages a ``python -X importtime`` run imported."""
+    return {m.group(1).split(".")[0] for m in re.finditer(r"import time:\s+\d+ \|\s+\d+ \|\s*(\S+)", stderr)}
+
+
+def _messages(stderr: str) -> str:
+    return "\n".join(line for line in stderr.splitlines() if not line.startswith("import time:"))
+
+
+@pytest.fixture
+def broken_model(tmp_path) -> Path:
+    """A model folder that cannot load: an error about it means the model was loaded before the input was read."""
+    folder = tmp_path / "broken-model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{ not json")
+    return folder
+
+
+# ---------------------------------------------------------------------------------------------------- --model typos
+
+
+def test_close_released_name():
+    assert cli.close_released_name("orignal") == "original"
+    assert cli.close_released_name("Smal") == "small"
+    assert cli.close_released_name("meduim") == "medium"
+    assert cli.close_released_name("original") is None  # a released name is no typo
+    assert cli.close_released_name("allenai/orignal") is None  # a Hub id is looked up as such
+    assert cli.close_released_name("my-own-model") is None
+
+
+def test_misspelt_released_name_fails_at_once_with_a_suggestion(tmp_path):
+    """No Hub lookup (before: 20 s of retries, then a network error): neither torch nor the Hub client is imported."""
+    (tmp_path / "in.txt").write_text("Hello world .\n")
+    done = _elmo("embed", "in.txt", "-o", "out.hdf5", "--model", "orignal", cwd=tmp_path, importtime=True)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "did you mean original?" in _messages(done.stderr)
+    assert not _imported(done.stderr) & set(HEAVY)
+    assert sorted(os.listdir(tmp_path)) == ["in.txt"]
+
+
+def test_train_tagger_suggests_a_released_name(tmp_path, capsys):
+    pytest.importorskip("datasets")
+    from modeling_elmo.training import train_tagger
+
+    conll = tmp_path / "train.txt"
+    conll.write_text("John B-PER\n\n")
+    assert train_tagger.main(["--bilm", "orignal", "--train_file", str(conll), "--output_dir", str(tmp_path)]) == 1
+    assert "--bilm orignal: not a folder: did you mean original?" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------- embed inputs
+
+
+def test_a_folder_as_the_input_is_called_a_folder(tiny_dir, tmp_path, capsys):
+    (tmp_path / "texts").mkdir()
+    assert cli.main(["embed", str(tmp_path / "texts"), "-o", str(tmp_path / "o.hdf5"), "--model", str(tiny_dir)]) == 1
+    err = capsys.readouterr().err
+    assert "input tmp" not in err and f"input {tmp_path / 'texts'} is a folder, not a text file" in err
+    assert "not found" not in err
+
+
+def test_an_empty_input_warns_and_one_sentence_is_singular(tiny_dir, tmp_path, capsys):
+    """Exit 0 and a valid file of zero sentences (a script over many files goes on), with a warning on stderr."""
+    empty, one = tmp_path / "empty.txt", tmp_path / "one.txt"
+    empty.write_text("")
+    one.write_text("Hello world .\n")
+    for source, name in ((empty, "e.hdf5"), (one, "o.hdf5")):
+        argv = ["embed", str(source), "-o", str(tmp_path / name), "--model", str(tiny_dir), "--disable_tqdm"]
+        assert cli.main(argv) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"Wrote 0 sentences (all) to {tmp_path / 'e.hdf5'}"
+    assert err[1] == f"elmo embed: warning: no sentences were read from {empty}; {tmp_path / 'e.hdf5'} holds none"
+    assert err[2:] == [f"Wrote 1 sentence (all) to {tmp_path / 'o.hdf5'}"]  # no warning, and no "1 sentences"
+
+
+def test_non_utf8_input_is_reported_before_the_model_loads(broken_model, tmp_path, capsys):
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"A fine line .\n" * 5 + b"caf\xe9 au lait .\n")
+    assert cli.main(["embed", str(bad), "-o", str(tmp_path / "o.hdf5"), "--model", str(broken_model)]) == 1
+    err = capsys.readouterr().err
+    assert f"{bad} is not UTF-8 text (line 6:" in err and "could not load" not in err
+    assert not (tmp_path / "o.hdf5").exists()
+
+
+def test_scan_text_file_counts_lines_and_names_the_bad_one(tmp_path):
+    path = tmp_path / "t.txt"
+    for data, lines in ((b"", 0), (b"a\n", 1), (b"a\nb", 2), (b"\n\n", 2), ("é\n".encode() * 3, 3)):
+        path.write_bytes(data)
+        assert cli.scan_text_file(str(path)) == lines
+    path.write_bytes(b"ok\n" * 3 + "é".encode()[:1])  # cut inside a character at the very end
+    with pytest.raises(cli.CliError, match="ends inside a character"):
+        cli.scan_text_file(str(path))
+
+
+# ---------------------------------------------------------------------------------------------------- convert inputs
+
+
+def test_convert_reports_missing_inputs_before_importing_the_converter(tmp_path):
+    """Before: "options file not found" came after importing torch and the model code (17 s on a busy machine)."""
+    (tmp_path / "options.json").write_text("{}")
+    (tmp_path / "weights").mkdir()
+    cases = [
+        (["--options_file", "missing.json", "--weight_file", "w.hdf5"], "error: options file not found: missing.json"),
+        (["--options_file", "options.json", "--weight_file=w.hdf5"], "error: weight file not found: w.hdf5"),
+        (["--options_file", "options.json", "--weight_file", "weights"], "error: weight file weights is a folder"),
+    ]
+    for args, message in cases:
+        done = _elmo("convert", *args, "--output_dir", "out", cwd=tmp_path, importtime=True)
+        assert done.returncode == 1, done.stderr[-2000:]
+        assert _messages(done.stderr).startswith(message), _messages(done.stderr)
+        assert not _imported(done.stderr) & set(HEAVY)
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------------- train-tagger
+
+
+@pytest.fixture(scope="module")
+def tagger_files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tagger")
+    torch.manual_seed(0)
+    ElmoModel(ElmoConfig(**TINY_SIZES)).save_pretrained(root / "bilm")
+    ElmoTokenizer().save_pretrained(root / "bilm")
+    (root / "train.txt").write_text("John B-PER\nlives O\nin O\nParis B-LOC\n. O\n\n" * 40)
+    return {"root": root, "bilm": root / "bilm", "train": root / "train.txt"}
+
+
+def test_train_tagger_takes_model_name_or_path_as_train_lm_does(tagger_files, tmp_path):
+    pytest.importorskip("datasets")
+    from modeling_elmo.training import train_tagger
+
+    bilm, train = str(tagger_files["bilm"]), str(tagger_files["train"])
+    for flag in ("--model_name_or_path", "--bilm"):
+        model_args, _, _ = train_tagger.parse_args([flag, bilm, "--train_file", train, "--output_dir", str(tmp_path)])
+        assert model_args.bilm == bilm
+    for key in ("model_name_or_path", "bilm"):  # a config file, under either name
+        config = tmp_path / f"{key}.json"
+        config.write_text(json.dumps({key: bilm, "train_file": train, "output_dir": str(tmp_path)}))
+        assert train_tagger.parse_args([str(config)])[0].bilm == bilm
+    both = tmp_path / "both.json"
+    both.write_text(json.dumps({"bilm": bilm, "model_name_or_path": bilm, "train_file": train}))
+    with pytest.raises(SystemExit):
+        train_tagger.parse_args([str(both)])
+    help_text = " ".join(train_tagger.build_parser("elmo train-tagger").format_help().split())
+    assert "--bilm PATH, --model_name_or_path PATH" in help_text and "train-lm's name" in help_text
+
+
+def test_train_tagger_is_quiet_and_draws_its_final_bar_once(tagger_files):
+    """The real command, transformers' logging at its defaults. Before: a 1,196-character "The following layers were
+    not sharded: crf.constraint_mask, ..." warning (the command raised the level of transformers.modeling_utils'
+    logger to hide a load report, which arms transformers' tensor-parallel plan check), and the complete bar two to four
+    times in a captured log (drawn at the last step, again under each of the last log lines, and when closed)."""
+    pytest.importorskip("datasets")
+    done = _elmo(
+        "train-tagger", "--model_name_or_path", "bilm", "--train_file", "train.txt", "--output_dir", "out",
+        "--eval_file", "train.txt", "--max_steps", "3", "--hidden_size", "8", "--num_layers", "1", "--word_dim", "8",
+        cwd=tagger_files["root"],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "not sharded" not in done.stderr and "LOAD REPORT" not in done.stderr
+    drawn = [part for part in re.split(r"[\r\n]", done.stderr) if re.search(r"\b100%\|.*\| 3/3 \[", part)]
+    assert len(drawn) == 1, drawn
+    summary = next(i for i, line in enumerate(done.stderr.splitlines()) if "'train_runtime'" in line)
+    assert summary > next(i for i, line in enumerate(done.stderr.splitlines()) if "| 3/3 [" in line)  # bar first
+
+
+def test_train_lm_draws_its_final_bar_once(tmp_path):
+    """The same bar in `elmo train-lm` (before: drawn complete four times in a captured log)."""
+    pytest.importorskip("datasets")
+    (tmp_path / "lm.txt").write_text("the cat sat on the mat . a dog ran in the park .\n" * 20)
+    done = _elmo(
+        "train-lm", "--train_file", "lm.txt", "--eval_file", "lm.txt", "--eval_strategy", "steps", "--eval_steps", "3",
+        "--output_dir", "out", "--max_steps", "3", "--lstm_dim", "16", "--projection_dim", "8", "--n_highway", "1",
+        "--char_embedding_dim", "4", "--char_cnn_filters", "1:4,2:8", "--num_samples", "5",
+        "--per_device_train_batch_size", "8",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    drawn = [part for part in re.split(r"[\r\n]", done.stderr) if re.search(r"\b100%\|.*\| 3/3 \[", part)]
+    assert len(drawn) == 1, drawn
