@@ -1,4 +1,4 @@
-"""Fits the demo model's LM softmax on its frozen biLM and writes modeling_elmo/commands/demo_model_lm/softmax.safetensors.
+"""Fits the demo LM softmax on the frozen demo biLM: modeling_elmo/commands/demo_model_lm/softmax.safetensors.
 
 The shipped demo biLM (modeling_elmo/commands/demo_model) came from a training run that kept no softmax, and a
 rerun does not reproduce it. Its LM head is therefore fitted afresh: the biLM stays frozen, and only the softmax
@@ -67,7 +67,7 @@ def top_layer_features(model, tokenizer, windows: dict[str, list], batch_size: i
     Returns ``states (N, P)`` (float32) and ``targets (N,)``: first every forward position, then every backward one.
     """
     collate = ElmoLMCollator(tokenizer)
-    features = [dict(zip(windows, values)) for values in zip(*windows.values())]
+    features = [dict(zip(windows, values, strict=True)) for values in zip(*windows.values(), strict=True)]
     states = {0: [], 1: []}
     targets = {0: [], 1: []}
     for start in tqdm(range(0, len(features), batch_size), desc=desc, unit="batch"):
