@@ -168,3 +168,39 @@ def test_elmo_demo_fills_blanks_with_the_demo_lm_head(demo, tmp_path, monkeypatc
     assert len(best) == 5 and list(best.values()) == sorted(best.values(), reverse=True)
     monkeypatch.setattr(demo_lm, "DEMO_SOFTMAX_FILE", tmp_path / "absent.safetensors")
     assert DemoModels.load().lm is None
+
+
+MONTHS = "January February March April May June July August September October November December".split()
+
+
+def test_the_fitted_softmax_guesses_plausible_words(demo_folder):
+    """The shipped softmax is a real LM head: in a WikiText-like sentence the top 5 are words, mostly months, and a
+    month (seen before years in training) ranks far above rare words of the vocabulary's tail."""
+    from transformers import pipeline
+
+    fill = pipeline("elmo-fill-mask", model=str(demo_folder))
+    text = "The game was released in [MASK] 2010 ."
+    best = [item["token_str"] for item in fill(text, top_k=5)]
+    assert all(word.isalpha() for word in best), best  # no <UNK>, <unk>, </S> or punctuation
+    assert sum(word in MONTHS for word in best) >= 3, best  # measured: the November December September January
+    scores = {item["token_str"]: item["score"] for item in fill(text, targets=["January", "Hutchinson", "Illusion"])}
+    # measured: January 0.044; the rare words (among the vocabulary's last 30) are far below
+    assert scores["January"] > 100 * max(scores["Hutchinson"], scores["Illusion"]), scores
+
+
+def test_the_fitted_softmax_uses_the_context(demo):
+    """With W set to 0 only the bias is left, the unigram distribution: the fitted head must beat it on WikiText
+    sentences in both directions (it would not if a direction predicted the wrong neighbour)."""
+    model, tokenizer = demo
+    fitted = score_sentences(model, SENTENCES, tokenizer=tokenizer)
+    weight = model.softmax.weight.detach().clone()
+    try:
+        with torch.no_grad():
+            model.softmax.weight.zero_()
+        unigram = score_sentences(model, SENTENCES, tokenizer=tokenizer)
+    finally:
+        with torch.no_grad():
+            model.softmax.weight.copy_(weight)
+    for with_context, alone in zip(fitted, unigram, strict=True):
+        assert with_context["forward_logprob"] > alone["forward_logprob"] + 5, (with_context, alone)
+        assert with_context["backward_logprob"] > alone["backward_logprob"] + 5, (with_context, alone)
