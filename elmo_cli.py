@@ -259,6 +259,34 @@ def _cpu_has_bfloat16_units() -> bool:
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
+def check_precision_flags(args: argparse.Namespace) -> None:
+    """Refuse a ``--precision`` given with ``--dtype`` or ``--quantize`` (before anything loads)."""
+    precision = getattr(args, "precision", None)
+    dtype, quantize = getattr(args, "dtype", None), getattr(args, "quantize", None)
+    if precision is not None and (dtype is not None or quantize is not None):
+        given = f"--dtype {dtype}" if dtype is not None else f"--quantize {quantize}"
+        raise CliError(f"--precision {precision} and {given} both set the precision: give one of them")
+
+
+def resolve_precision(args: argparse.Namespace, device, say: bool = True) -> None:
+    """Turn ``--precision`` into ``args.dtype`` / ``args.quantize`` (``auto``: ``choose_precision``'s pick, said on
+    stderr where ``say``). Without ``--precision``, ``--dtype`` defaults to float32."""
+    check_precision_flags(args)
+    precision = getattr(args, "precision", None)
+    if precision is None:
+        args.dtype, args.quantize = getattr(args, "dtype", None) or "float32", getattr(args, "quantize", None)
+        return
+    if precision == "auto":
+        from modeling_elmo.utils.precision import choose_precision
+
+        choice = choose_precision(device)
+        if say:
+            print(f"precision auto: {choice.name}; {choice.reason}", file=sys.stderr)
+        precision = choice.name
+    args.dtype, args.quantize = ("float32", "int8") if precision == "int8" else (precision, None)
+    args.precision = None  # resolved: a second call keeps the choice
+
+
 def load_model(model: str | None, device, dtype: str = "float32", quantize: str | None = None):
     """Tokenizer and model (eval mode, on ``device``) from a folder or Hub id, or the demo model.
 
@@ -909,6 +937,7 @@ def run_embed(args: argparse.Namespace) -> int:
         raise CliError(f"input file {args.input} {what}")
     check_device_name(args.device)
     check_model_name(args.model)
+    check_precision_flags(args)
     # Before the model loads: a file that is not UTF-8 fails now (its lines are counted on the way, for the bar).
     args.input_lines = None if stdin else scan_text_file(args.input)
 
@@ -935,6 +964,7 @@ def _start_output(args, output: str) -> int | None:
 def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
     """Embed this process's share of the input into ``path``; returns the number of sentences."""
     device = resolve_device(args.device, local_rank)
+    resolve_precision(args, device, say=rank == 0)  # the choice is said once
     tokenizer, model = load_model(args.model, device, args.dtype, args.quantize)
     if args.output_type not in ("all", "top", "average") and not model.config.num_output_representations:
         raise CliError(
@@ -1164,7 +1194,8 @@ def run_similar(args: argparse.Namespace) -> int:
         if importlib.util.find_spec("matplotlib") is None:
             raise CliError('--plot needs matplotlib: pip install matplotlib (or pip install "modeling-elmo[demo]")')
     device = resolve_device(args.device)
-    tokenizer, model = load_model(args.model, device)
+    resolve_precision(args, device)
+    tokenizer, model = load_model(args.model, device, args.dtype, args.quantize)
     n_layers = model.config.n_layers
     if args.layer == "elmo":
         layer: int | str = "elmo"
@@ -1418,15 +1449,15 @@ N-th sentence into a part file; process 0 merges them in input order and deletes
     embed.add_argument(
         "--dtype",
         choices=["float32", "bfloat16", "float16"],
-        default="float32",
         help="precision of the weights and products; the cell state stays float32, the file float32 "
-        "(bfloat16: faster on CPUs with AVX-512 BF16 or AMX; default: %(default)s)",
+        "(bfloat16: faster on CPUs with AVX-512 BF16 or AMX; default: float32)",
     )
     embed.add_argument(
         "--quantize",
         choices=["int8"],
         help="int8 products (weights per channel, activations per call) on CPU, for a float32 model",
     )
+    _add_precision_flag(embed)
     embed.set_defaults(func=run_embed)
 
     similar = sub.add_parser(
@@ -1451,8 +1482,18 @@ N-th sentence into a part file; process 0 merges them in input order and deletes
     similar.add_argument("--model", help="model folder or Hub id (default: the bundled demo model)")
     similar.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, mps")
     similar.add_argument("--plot", metavar="FILE", help="also draw the similarity heatmap into FILE (.png, .svg, .pdf)")
+    _add_precision_flag(similar)
     similar.set_defaults(func=run_similar)
     return parser
+
+
+def _add_precision_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--precision",
+        choices=["auto", "float32", "bfloat16", "int8"],
+        help="auto: the fastest precision whose error this CPU (or GPU) keeps within the documented bound, said on "
+        "stderr (docs/speed.md); or one by name (default: float32)",
+    )
 
 
 def import_package() -> None:
