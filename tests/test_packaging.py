@@ -74,6 +74,8 @@ def test_wheel_installs_only_the_package(wheel):
     demo = {Path(n).name for n in names if n.startswith("modeling_elmo/commands/demo_model/")}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"} <= demo
     assert not [n for n in demo if n.endswith(".py")]  # the demo model is data only
+    demo_lm = {Path(n).name for n in names if n.startswith("modeling_elmo/commands/demo_model_lm/")}
+    assert demo_lm == {"softmax.safetensors", "fit_results.json"}, demo_lm  # the demo's LM head, data only
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
 

@@ -51,6 +51,11 @@ class DemoModels:
             from ..modeling_elmo_pretraining import ElmoForPreTraining
 
             lm = ElmoForPreTraining.from_pretrained(resolve_model(model)).to(torch_device).eval()
+        elif model is None:  # the bundled demo biLM: its softmax ships beside it (demo_model_lm)
+            from .demo_lm import has_demo_language_model, load_demo_language_model
+
+            if has_demo_language_model():
+                lm = load_demo_language_model()[0].to(torch_device)
         tag_pipeline = None
         if tagger is not None:
             from transformers import AutoModelForTokenClassification, AutoTokenizer, pipeline

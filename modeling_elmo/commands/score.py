@@ -4,9 +4,10 @@ Command::
 
     elmo score [--model M] [--tokenized] [--stateful] [--batch_size N] [--softmax_dtype bfloat16] FILE [-o OUT]
 
-``--model`` is a folder converted with ``elmo convert --softmax_weight_file`` (an ``ElmoForPreTraining``) or a
-released LM name (``original-lm``, ``original-5.5B-lm``: downloaded and converted on first use). FILE holds one
-sentence per line (``-``: stdin). Each output line is ``{"tokens", "forward_logprob", "backward_logprob",
+``--model`` is a folder converted with ``elmo convert --softmax_weight_file`` (an ``ElmoForPreTraining``), a
+released LM name (``original-lm``, ``original-5.5B-lm``: downloaded and converted on first use), or ``demo``: the
+bundled toy demo biLM with its softmax, where the package has it (see ``modeling_elmo.commands.demo_lm``).
+FILE holds one sentence per line (``-``: stdin). Each output line is ``{"tokens", "forward_logprob", "backward_logprob",
 "perplexity"}`` (see ``modeling_elmo.scoring_elmo``).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 
@@ -32,7 +34,8 @@ def main(argv: list[str] | None = None, prog: str = "elmo score") -> int:
     parser.add_argument(
         "--model",
         required=True,
-        help="a folder converted with --softmax_weight_file, or original-lm / original-5.5B-lm (downloaded once)",
+        help="a folder converted with --softmax_weight_file, original-lm / original-5.5B-lm (downloaded once), or "
+        "demo (the bundled toy biLM, once its softmax ships: modeling_elmo/commands/demo_model_lm)",
     )
     parser.add_argument("-o", "--output", help="write the JSON lines here (default: stdout)")
     parser.add_argument("--tokenized", action="store_true", help="lines are tokenized: split on whitespace only")
@@ -58,6 +61,7 @@ def main(argv: list[str] | None = None, prog: str = "elmo score") -> int:
     from elmo_cli import CliError, resolve_device
 
     from ..scoring_elmo import ElmoSentenceScorer, load_language_model
+    from .demo_lm import DEMO_NAME, load_demo_language_model
     from .download import resolve_pretrained
 
     try:
@@ -66,8 +70,12 @@ def main(argv: list[str] | None = None, prog: str = "elmo score") -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     try:
-        folder = resolve_pretrained(args.model, progress=not args.disable_tqdm)
-        model, tokenizer = load_language_model(folder, device)
+        if args.model.lower() == DEMO_NAME and not os.path.exists(args.model):  # a folder called demo wins
+            model, tokenizer = load_demo_language_model()
+            model = model.to(device)
+        else:
+            folder = resolve_pretrained(args.model, progress=not args.disable_tqdm)
+            model, tokenizer = load_language_model(folder, device)
         scorer = ElmoSentenceScorer(model, tokenizer, stateful=args.stateful, softmax_dtype=args.softmax_dtype)
     except (OSError, ValueError, RuntimeError) as err:
         print(f"error: cannot load {args.model} for scoring: {err}", file=sys.stderr)

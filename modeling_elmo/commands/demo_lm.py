@@ -1,0 +1,166 @@
+"""The bundled demo model's language model: its biLM with an LM softmax (``ElmoForPreTraining``).
+
+The demo folder (``demo_model/``) holds the ``ElmoModel`` part only, as every embedding command loads it. The
+softmax (10,000 words x 64, plus the bias) ships beside it, in ``demo_model_lm/softmax.safetensors``: ``W`` in
+float16 to keep the package small, ``b`` in float32, and the SHA-256 of the biLM file it belongs to. The shipped
+biLM came from a run that kept no softmax, so ``scripts/fit_demo_softmax.py`` fitted this one afresh on the
+frozen biLM (its test perplexity, in ``demo_model_lm/fit_results.json``, is above the jointly trained one's).
+Without the file [`has_demo_language_model`] is False, ``elmo demo`` shows fill-in-the-blank as unavailable and
+``elmo score --model demo`` says how to get one.
+
+[`load_demo_language_model`] joins the two in memory; [`demo_language_model_path`] writes the pair once into the
+cache as an ordinary ``ElmoForPreTraining`` folder, for what takes a folder (``pipeline("elmo-fill-mask", ...)``).
+
+Shapes: V = 10,000 words (``<S>``, ``</S>``, ``<UNK>`` first), P = 64 (the projection).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
+DEMO_LM_DIR = Path(__file__).resolve().parent / "demo_model_lm"
+DEMO_SOFTMAX_FILE = DEMO_LM_DIR / "softmax.safetensors"
+DEMO_NAME = "demo"  # what --model accepts for it (an existing folder of that name wins)
+
+
+def has_demo_language_model() -> bool:
+    """Whether this install has the demo biLM and its softmax (a checkout that has not trained them has neither)."""
+    return (DEMO_MODEL_DIR / "model.safetensors").is_file() and DEMO_SOFTMAX_FILE.is_file()
+
+
+def _require() -> None:
+    if not has_demo_language_model():
+        raise FileNotFoundError(
+            f"the demo model's language model is missing ({DEMO_MODEL_DIR / 'model.safetensors'} and "
+            f"{DEMO_SOFTMAX_FILE} are both needed): fit the softmax with scripts/fit_demo_softmax.py"
+        )
+
+
+def demo_bilm_for_pretraining():
+    """An ``ElmoForPreTraining`` in eval mode holding the demo biLM's weights and a new (random) softmax.
+
+    What ``scripts/fit_demo_softmax.py`` fits the softmax on, and what [`load_demo_language_model`] fills.
+    """
+    if not (DEMO_MODEL_DIR / "model.safetensors").is_file():
+        raise FileNotFoundError(f"{DEMO_MODEL_DIR / 'model.safetensors'} is missing")
+    from safetensors.torch import load_file
+
+    from ..configuration_elmo import ElmoConfig
+    from ..modeling_elmo_pretraining import ElmoForPreTraining
+
+    config = ElmoConfig.from_pretrained(DEMO_MODEL_DIR)
+    config.architectures = ["ElmoForPreTraining"]
+    model = ElmoForPreTraining(config)
+    bilm = load_file(DEMO_MODEL_DIR / "model.safetensors")
+    wanted = model.elmo.state_dict()
+    missing = sorted(set(wanted) - set(bilm))
+    if missing:
+        raise ValueError(f"{DEMO_MODEL_DIR / 'model.safetensors'} lacks {', '.join(missing)}")
+    # The demo ElmoModel also holds scalar mixes, which the LM head does not build.
+    model.elmo.load_state_dict({name: bilm[name] for name in wanted})
+    return model.eval()
+
+
+def load_demo_language_model():
+    """``(ElmoForPreTraining, ElmoTokenizer)``: the demo biLM under its shipped softmax (float32), in eval mode.
+
+    The biLM's weights are those of ``ElmoModel.from_pretrained(demo_model_path())``, unchanged; the softmax's
+    ``W`` is the shipped float16 one, widened to float32. ``ValueError`` if the softmax file names another biLM.
+    """
+    _require()
+    import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from ..tokenization_elmo import ElmoTokenizer
+
+    model = demo_bilm_for_pretraining()
+    with safe_open(DEMO_SOFTMAX_FILE, framework="pt") as handle:
+        paired = (handle.metadata() or {}).get("bilm_sha256")
+    if paired != hashlib.sha256((DEMO_MODEL_DIR / "model.safetensors").read_bytes()).hexdigest():
+        raise ValueError(
+            f"{DEMO_SOFTMAX_FILE} was not trained with the biLM in {DEMO_MODEL_DIR} (their SHA-256 do not match): "
+            "fit it again with scripts/fit_demo_softmax.py"
+        )
+    softmax = load_file(DEMO_SOFTMAX_FILE)
+    expected = {"softmax.weight": tuple(model.softmax.weight.shape), "softmax.bias": tuple(model.softmax.bias.shape)}
+    found = {name: tuple(tensor.shape) for name, tensor in softmax.items()}
+    if found != expected:
+        raise ValueError(f"{DEMO_SOFTMAX_FILE} holds {found}, expected {expected}")
+    with torch.no_grad():
+        model.softmax.weight.copy_(softmax["softmax.weight"].float())
+        model.softmax.bias.copy_(softmax["softmax.bias"].float())
+    return model.eval(), ElmoTokenizer.from_pretrained(DEMO_MODEL_DIR)
+
+
+def _fingerprint() -> str:
+    """Twelve hex digits of the SHA-256 of the two weight files: a new package version with other weights gets a new
+    cache folder, never a stale one."""
+    digest = hashlib.sha256()
+    for path in (DEMO_MODEL_DIR / "model.safetensors", DEMO_SOFTMAX_FILE):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def demo_language_model_path(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The demo language model as an ``ElmoForPreTraining`` folder, written once into the cache.
+
+    ``cache_dir`` defaults to the package's cache (``ELMO_CACHE_DIR``, see ``elmo download``). The folder,
+    ``demo-lm-<hash of the weights>``, is written in a staging folder and renamed into place, so a reader never
+    sees it half-written; two processes building it at once both end with the same folder.
+
+    ```python
+    from transformers import pipeline
+
+    from modeling_elmo.commands.demo_lm import demo_language_model_path
+
+    fill = pipeline("elmo-fill-mask", model=demo_language_model_path())
+    ```
+    """
+    _require()
+    from .download import default_cache_dir
+
+    cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    target = cache / f"demo-lm-{_fingerprint()}"
+    if target.is_symlink():
+        raise FileExistsError(f"{target} is a symbolic link, not a folder this package wrote: delete it")
+    if (target / "config.json").is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".demo-lm.", dir=cache))
+    try:
+        from transformers.utils import logging as hf_logging
+
+        model, tokenizer = load_demo_language_model()
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # no generic notes while saving; errors still show
+        try:
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        staging.chmod(0o755)  # mkdtemp makes it private; a cache folder is as readable as the others
+        try:
+            staging.rename(target)
+        except OSError:
+            if not (target / "config.json").is_file():  # not another process's finished folder: a real failure
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+__all__ = [
+    "DEMO_LM_DIR",
+    "DEMO_NAME",
+    "DEMO_SOFTMAX_FILE",
+    "demo_bilm_for_pretraining",
+    "demo_language_model_path",
+    "has_demo_language_model",
+    "load_demo_language_model",
+]
