@@ -200,7 +200,7 @@ def _check_not_runnable(argv: list[str], block: Block) -> None:
 
 
 # Plain shell tools a block may use to make its input or show its output: such a block runs whole, in bash.
-SHELL_TOOLS = ("printf", "echo", "head", "ls", "cat", "wc")
+SHELL_TOOLS = ("printf", "echo", "head", "ls", "cat", "wc", "grep")
 
 
 def run_whole_in_bash(block: Block, work: Path) -> int:
@@ -219,7 +219,8 @@ def run_whole_in_bash(block: Block, work: Path) -> int:
 
 
 def run_shell_block(block: Block, work: Path) -> int:
-    if any(argv[0] in SHELL_TOOLS for argv in shell_commands(block.code)):
+    pipes = any(part in ("|", ">", "<") for argv in shell_commands(block.code) for part in argv)
+    if pipes or any(argv[0] in SHELL_TOOLS for argv in shell_commands(block.code)):
         return run_whole_in_bash(block, work)
     ran = 0
     for argv in shell_commands(block.code):
