@@ -1550,5 +1550,10 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signal.SIGTERM
 
 
+def convert_main() -> int:
+    """Entry point of ``elmo-convert``: the same as ``elmo convert`` (and as quiet)."""
+    return main(["convert", *sys.argv[1:]])
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -91,7 +91,7 @@ def test_wheel_metadata(wheel):
     assert {"train", "export", "test", "dev"} <= extras
     entry_points = archive.read(meta_name.replace("METADATA", "entry_points.txt")).decode()
     assert "elmo = elmo_cli:main" in entry_points
-    assert "elmo-convert = modeling_elmo.commands.convert:main" in entry_points
+    assert "elmo-convert = elmo_cli:convert_main" in entry_points
 
 
 # A subprocess in which the named modules cannot be imported (as in an install without that extra).
