@@ -134,16 +134,9 @@ def demo_language_model_path(cache_dir: str | os.PathLike | None = None) -> Path
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".demo-lm.", dir=cache))
     try:
-        from transformers.utils import logging as hf_logging
-
         model, tokenizer = load_demo_language_model()
-        verbosity = hf_logging.get_verbosity()
-        hf_logging.set_verbosity_error()  # no generic notes while saving; errors still show
-        try:
-            model.save_pretrained(staging)
-            tokenizer.save_pretrained(staging)
-        finally:
-            hf_logging.set_verbosity(verbosity)
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
         staging.chmod(0o755)  # mkdtemp makes it private; a cache folder is as readable as the others
         try:
             staging.rename(target)
