@@ -886,7 +886,7 @@ class ElmoModel(ElmoPreTrainedModel):
             return [zeros] * (self.config.n_layers + 1)
 
         # <S> w_1 .. w_n </S> for each sentence, as char ids (R, T, C) and embeddings (R, T, P).
-        ids, steps = self._add_boundaries(input_ids.index_select(0, rows), mask.index_select(0, rows))
+        ids, steps = self.add_boundaries(input_ids.index_select(0, rows), mask.index_select(0, rows))
         present = ids.ne(0).any(dim=-1)
         tokens = ids.new_zeros((*present.shape, self.config.projection_dim), dtype=self.dtype)
         tokens[present] = self.embed_words(ids[present])
@@ -933,7 +933,7 @@ class ElmoModel(ElmoPreTrainedModel):
         """The validated word mask ``(B, W)`` bool of a batch: see [`check_inputs`]."""
         return check_inputs(input_ids, attention_mask, self.config.max_characters_per_token, self.config.n_characters)
 
-    def _add_boundaries(self, input_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def add_boundaries(self, input_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(R, W, C)`` words -> ``(R, W + 2, C)`` with ``<S>`` first and ``</S>`` after the last word."""
         rows, words, chars = input_ids.shape
         lengths = mask.sum(dim=1)

@@ -31,21 +31,6 @@ DEFAULT_BLOCK_ELEMENTS = 1 << 24
 SOFTMAX_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def add_boundaries(model, input_ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(B, W, C)`` words -> ``(B, W + 2, C)`` ``<S> w_1 .. w_n </S>`` and the lengths ``n + 2`` ``(B,)``.
-
-    ``model`` is an ``ElmoModel`` (its ``boundary_ids`` buffer holds the characters of ``<S>`` and ``</S>``).
-    """
-    rows, words, chars = input_ids.shape
-    lengths = mask.sum(dim=1)
-    bos, eos = model.boundary_ids.to(input_ids.dtype)
-    ids = input_ids.new_zeros(rows, words + 2, chars)
-    ids[:, 0] = bos
-    ids[:, 1 : words + 1] = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
-    ids[torch.arange(rows, device=ids.device), lengths + 1] = eos
-    return ids, lengths + 2
-
-
 def top_layer_with_boundaries(
     model, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, lstm_state: ElmoLstmState | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -60,7 +45,7 @@ def top_layer_with_boundaries(
         ``top (B, W + 2, 2P)`` (``[h_f; h_b]``, zero past position n + 1) and ``lengths (B,)`` = n + 2.
     """
     mask = model.word_mask(input_ids, attention_mask).bool()
-    ids, lengths = add_boundaries(model, input_ids, mask)
+    ids, lengths = model.add_boundaries(input_ids, mask)
     present = torch.arange(ids.shape[1], device=ids.device) < lengths.unsqueeze(1)
     tokens = ids.new_zeros((*present.shape, model.config.projection_dim), dtype=model.dtype)
     tokens[present] = model.embed_words(ids[present])
@@ -314,7 +299,6 @@ def score_sentences(
 
 __all__ = [
     "ElmoSentenceScorer",
-    "add_boundaries",
     "folder_has_softmax",
     "full_log_probs",
     "load_language_model",
