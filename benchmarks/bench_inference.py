@@ -155,7 +155,7 @@ def common_forward(model: ElmoModel, ids: torch.Tensor, mask: torch.Tensor) -> t
     lengths = mask.sum(1)
     order = lengths.argsort(descending=True)
     ids, mask = ids[order], mask[order]
-    full, steps = model._add_boundaries(ids, mask.bool())
+    full, steps = model.add_boundaries(ids, mask.bool())
     n_steps = steps.tolist()
     tokens = torch.zeros(*full.shape[:2], model.config.projection_dim, device=ids.device)
     present = full.ne(0).any(-1)
