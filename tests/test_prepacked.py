@@ -155,3 +155,20 @@ def test_one_row_products_use_the_plain_kernel(model, monkeypatch):
         plain = model(input_ids=one, output_hidden_states=True).hidden_states
     for a, b in zip(packed, plain, strict=True):
         torch.testing.assert_close(a, b, atol=BATCHING_ATOL, rtol=0)
+
+
+def test_one_row_products_prepack_in_bfloat16(model, monkeypatch):
+    """In bfloat16 a one-row step (batch 1) takes oneDNN's product too: torch's own one-row bfloat16 product is
+    slower than its float32 one."""
+    if not _PrepackedWeights.supported(torch.bfloat16):
+        pytest.skip("oneDNN has no prepacked bfloat16 products on this CPU")
+    monkeypatch.setattr(ElmoBiLstmLayer, "prepack_min_rows", 2)
+    model = model.to(torch.bfloat16)
+    layer = _layers(model)[0]
+    with torch.no_grad():
+        assert prepacked(layer, torch.zeros(2, 1, 8, dtype=torch.bfloat16), 1) is not None
+        one = torch.randint(1, 200, (1, 5, 50))
+        packed = _run(model, {"input_ids": one}, prepacked=True)
+        plain = _run(model, {"input_ids": one}, prepacked=False)
+    # As in test_prepacked_products_match_the_plain_ones: bfloat16 rounding steps near 1.6 are 7.8e-3.
+    torch.testing.assert_close(packed, plain, atol=2e-2, rtol=1e-5)
