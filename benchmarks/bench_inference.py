@@ -462,7 +462,7 @@ def measure_ceiling(spec: dict) -> dict:
 
     Each shape cycles through as many different weights as the model has of it (one per layer), so that the
     weights come from memory as they do in the model, not from a cache that holds one layer's weights."""
-    from modeling_elmo.modeling_elmo import _PrepackedWeights
+    from modeling_elmo.fast_path_elmo import _PrepackedWeights
     from modeling_elmo.utils.quantize_elmo import _linear, _pack
 
     def median_seconds(run, layers: int) -> float:

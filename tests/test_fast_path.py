@@ -242,3 +242,16 @@ def test_cuda_matches_cpu():
         gpu = model.to("cuda")(**{k: v.cuda() for k, v in enc.items()}, output_hidden_states=True).hidden_states
     for x, y in zip(cpu, gpu, strict=True):
         assert (x - y.cpu()).abs().max() <= 1e-5
+
+
+def test_benchmark_ceiling_measures_every_kind_of_product():
+    """``bench_inference.measure_ceiling`` (run by ``--allennlp_python``, which CI cannot run) at a tiny batch."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_inference
+    finally:
+        sys.path.pop(0)
+    rates = bench_inference.measure_ceiling({"rows": [2, 1], "distinct": 3, "modes": ["float32", "int8"]})
+    for mode in ("float32", "int8"):
+        assert set(rates[mode]["shapes"]) == set(bench_inference.product_shapes([1], 1))
+        assert all(rate > 0 for rate in rates[mode]["shapes"].values()) and rates[mode]["combined"] > 0
