@@ -503,6 +503,15 @@ class ElmoModelOutput(ModelOutput):
         ``mixes``; ``()`` without mixes)."""
         return () if self.mixes is None else tuple(self.mixes.unbind(dim=1))
 
+    @property
+    def layer_average(self) -> torch.Tensor:
+        """``(B, W, 2P)``: the mean of the ``L + 1`` layers of ``hidden_states`` (computed with
+        ``output_hidden_states=True``), the fixed mix with equal weights. An attribute, so that code reading an
+        output by name (sentence-transformers' ``method_output_name``) can ask for it."""
+        if self.hidden_states is None:
+            raise ValueError("layer_average needs the layers: call the model with output_hidden_states=True")
+        return torch.stack(self.hidden_states).mean(dim=0)
+
     def __getitem__(self, key):
         # AllenNLP's dict key, for code written against its Elmo: out["elmo_representations"].
         if isinstance(key, str) and key == "elmo_representations":

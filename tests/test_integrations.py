@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -129,6 +130,118 @@ def test_sentence_transformer_module_refuses_bad_settings():
         ElmoModule("demo", layer=3)  # the demo model has layers 0..2
     with pytest.raises(ValueError, match="max_seq_length"):
         ElmoModule("demo", max_seq_length=0)
+
+
+def _require_st6():
+    """sentence-transformers >= 6.0, whose stock Transformer module takes a ``modality_config``."""
+    st = _require("sentence_transformers", "sentence-transformers")
+    if int(st.__version__.split(".")[0]) < 6:
+        pytest.skip("elmo_transformer needs sentence-transformers >= 6.0")
+    return st
+
+
+@pytest.mark.parametrize("layer", ["elmo", "average", "top", 0, 1])
+def test_stock_transformer_module_encodes_with_elmo(demo, layer):
+    st = _require_st6()
+    from modeling_elmo.integrations.sentence_transformers import elmo_transformer
+
+    elmo = elmo_transformer("demo", layer=layer)
+    assert type(elmo).__module__.startswith("sentence_transformers.")  # the stock class, not a subclass
+    assert elmo.get_embedding_dimension() == 2 * demo[0].config.projection_dim
+    model = st.SentenceTransformer(modules=[elmo, _pooling()(elmo.get_embedding_dimension(), "mean")], device="cpu")
+    got = model.encode(SENTENCES, convert_to_numpy=True, batch_size=2)
+    tokenizer = demo[1]
+    layers, mix, mask = _reference_layers(demo, [tokenizer.tokenize(s) for s in SENTENCES])
+    chosen = {"elmo": mix, "average": torch.stack(layers).mean(0), "top": layers[-1]}.get(layer)
+    chosen = layers[layer] if chosen is None else chosen
+    expected = (chosen * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)
+    np.testing.assert_allclose(got, expected.numpy(), rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("layer", ["top", "average"])
+def test_stock_transformer_module_loads_without_trust_remote_code(tmp_path, layer):
+    st = _require_st6()
+    from modeling_elmo.integrations.sentence_transformers import ElmoModule, elmo_transformer
+
+    elmo = elmo_transformer(demo_model_path(), layer=layer, max_seq_length=4)
+    model = st.SentenceTransformer(modules=[elmo, _pooling()(elmo.get_embedding_dimension(), "max")], device="cpu")
+    before = model.encode(SENTENCES, convert_to_numpy=True)
+    folder = tmp_path / "st"
+    model.save(str(folder))
+    types = [entry["type"] for entry in json.loads((folder / "modules.json").read_text())]
+    assert all(t.startswith("sentence_transformers.") for t in types), types
+    again = st.SentenceTransformer(str(folder), device="cpu")  # no trust_remote_code
+    assert again.max_seq_length == 4
+    np.testing.assert_array_equal(again.encode(SENTENCES, convert_to_numpy=True), before)
+    # The same vectors as ElmoModule with the same settings, and max_seq_length=4 keeps the first 4 words.
+    plugin = ElmoModule(demo_model_path(), layer=layer, max_seq_length=4)
+    reference = st.SentenceTransformer(modules=[plugin, _pooling()(plugin.get_embedding_dimension(), "max")])
+    np.testing.assert_array_equal(reference.encode(SENTENCES, convert_to_numpy=True), before)
+    short = model.encode(["The bank raised its"], convert_to_numpy=True)
+    np.testing.assert_allclose(before[0], short[0], rtol=0, atol=ATOL)
+
+
+def test_stock_transformer_module_loads_in_a_fresh_process(tmp_path):
+    """The contract for a saved folder: ``import modeling_elmo`` (for transformers' Auto classes), then a plain
+    ``SentenceTransformer(path)``, in a process that never built the module."""
+    st = _require_st6()
+    from modeling_elmo.integrations.sentence_transformers import elmo_transformer
+
+    elmo = elmo_transformer("demo")
+    model = st.SentenceTransformer(modules=[elmo, _pooling()(elmo.get_embedding_dimension(), "mean")], device="cpu")
+    before = model.encode(SENTENCES, convert_to_numpy=True)
+    model.save(str(tmp_path / "st"))
+    script = textwrap.dedent(
+        f"""
+        import sys
+        import numpy as np
+        import modeling_elmo
+        from sentence_transformers import SentenceTransformer
+        model = SentenceTransformer({str(tmp_path / "st")!r}, device="cpu")
+        assert "modeling_elmo.integrations" not in " ".join(sys.modules), "the plug-in module was imported"
+        np.save({str(tmp_path / "again.npy")!r}, model.encode({SENTENCES!r}, convert_to_numpy=True))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, cwd=tmp_path, timeout=300)
+    np.testing.assert_array_equal(np.load(tmp_path / "again.npy"), before)
+
+
+def test_elmo_module_folder_needs_trust_remote_code(tmp_path):
+    """Why the stock route exists: a folder naming ElmoModule is refused by sentence-transformers >= 6.0 without
+    trust_remote_code (its util/misc.py import_module_class)."""
+    st = _require_st6()
+    from modeling_elmo.integrations.sentence_transformers import ElmoModule
+
+    elmo = ElmoModule("demo")
+    st.SentenceTransformer(modules=[elmo, _pooling()(elmo.get_embedding_dimension(), "mean")]).save(str(tmp_path))
+    with pytest.raises(ValueError, match="trust_remote_code"):
+        st.SentenceTransformer(str(tmp_path), device="cpu")
+
+
+def test_stock_transformer_module_freezes_the_bilm():
+    _require_st6()
+    from modeling_elmo.integrations.sentence_transformers import elmo_transformer, set_bilm_frozen
+
+    elmo = elmo_transformer("demo")  # freeze_bilm=True
+    model = elmo.auto_model
+    assert not any(p.requires_grad for part in (model.char_cnn, model.bilm) for p in part.parameters())
+    assert all(p.requires_grad for p in model.scalar_mixes.parameters())
+    set_bilm_frozen(elmo, False)
+    assert all(p.requires_grad for part in (model.char_cnn, model.bilm) for p in part.parameters())
+    assert all(p.requires_grad for p in elmo_transformer("demo", freeze_bilm=False).auto_model.bilm.parameters())
+    with pytest.raises(TypeError, match="Transformer module holding an ElmoModel"):
+        set_bilm_frozen(torch.nn.Linear(2, 2))
+
+
+def test_stock_transformer_module_refuses_bad_settings():
+    _require_st6()
+    from modeling_elmo.integrations.sentence_transformers import elmo_transformer
+
+    with pytest.raises(ValueError, match="layer must be one of"):
+        elmo_transformer("demo", layer=3)
+    with pytest.raises(ValueError, match="max_seq_length"):
+        elmo_transformer("demo", max_seq_length=0)
 
 
 # ---------------------------------------------------------------------------------------------

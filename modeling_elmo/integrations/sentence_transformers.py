@@ -1,19 +1,26 @@
 """ELMo as the first module of a sentence-transformers model: text in, ELMo token vectors out.
 
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.models import Pooling
-    from modeling_elmo.integrations.sentence_transformers import ElmoModule
+Two ways, with the same vectors:
 
-    elmo = ElmoModule("demo")  # or a converted folder, a Hub id, a released model's name ("original")
-    model = SentenceTransformer(modules=[elmo, Pooling(elmo.get_embedding_dimension(), "mean")])
-    embeddings = model.encode(["The bank raised its rates .", "He sat on the river bank ."])  # (2, 2P)
-    model.save("elmo-sentences")
-    again = SentenceTransformer("elmo-sentences", trust_remote_code=True)  # sentence-transformers >= 6.0 asks for it
+- [`elmo_transformer`] builds sentence-transformers' own ``Transformer`` module around [`ElmoModel`] (transformers'
+  ``AutoModel`` finds it once ``modeling_elmo`` is imported). ``modules.json`` then names only sentence-transformers
+  classes, so a saved model loads again with a plain ``SentenceTransformer(path)``, no ``trust_remote_code``:
 
-The module writes the ELMo folder (weights, tokenizer) into its own subfolder when the model is saved, and
-``modules.json`` names this class, which sentence-transformers imports from the installed package when it loads the
-model again. Since sentence-transformers 6.0, importing any module class from outside its own namespace needs
-``trust_remote_code=True``, also for a local folder (before 6.0 it loaded with a warning).
+      import modeling_elmo  # registers ELMo with AutoConfig, AutoModel and AutoTokenizer
+      from sentence_transformers import SentenceTransformer
+      from sentence_transformers.sentence_transformer.modules import Pooling
+      from modeling_elmo.integrations.sentence_transformers import elmo_transformer
+
+      elmo = elmo_transformer("demo")  # or a converted folder, a Hub id, a released model's name ("original")
+      model = SentenceTransformer(modules=[elmo, Pooling(elmo.get_embedding_dimension(), "mean")])
+      embeddings = model.encode(["The bank raised its rates .", "He sat on the river bank ."])  # (2, 2P)
+      model.save("elmo-sentences")
+      again = SentenceTransformer("elmo-sentences")
+
+- [`ElmoModule`], this package's own module class. ``modules.json`` names it, and sentence-transformers >= 6.0
+  imports a module class from outside its own namespace only with ``trust_remote_code=True``, also for a local
+  folder (before 6.0 it loaded with a warning). It keeps ``freeze_bilm`` across saving, which the stock module
+  cannot (see [`elmo_transformer`]).
 """
 
 from __future__ import annotations
@@ -154,4 +161,82 @@ class ElmoModule(Module):
         return cls(folder, model_kwargs=model_kwargs, **settings)
 
 
-__all__ = ["ElmoModule"]
+def _output_path(layer: str | int) -> str | list[str | int]:
+    """Where ``layer`` sits in an ``ElmoModelOutput``, as the ``Transformer`` module's ``method_output_name``: a
+    field or attribute name, or a path of keys (``["hidden_states", k]``: layer ``k`` of the ``L + 1``)."""
+    if layer == "elmo":
+        return "elmo"
+    if layer == "average":
+        return "layer_average"
+    return ["hidden_states", -1 if layer == "top" else layer]
+
+
+def elmo_transformer(
+    model_name_or_path: str | os.PathLike | None = None,
+    layer: str | int = "elmo",
+    max_seq_length: int | None = None,
+    freeze_bilm: bool = True,
+    model_kwargs: dict[str, Any] | None = None,
+):
+    """sentence-transformers' stock ``Transformer`` module, holding [`ElmoModel`] and [`ElmoTokenizer`]: texts to
+    ``token_embeddings`` ``(B, W, 2P)`` and the word ``attention_mask`` ``(B, W)``, for ``Pooling`` to follow.
+
+    The same vectors as [`ElmoModule`] with the same settings. The choice of ``layer`` is saved as the module's
+    ``modality_config`` (the output field it reads), ``max_seq_length`` as the tokenizer's ``model_max_length``, so
+    that ``SentenceTransformer(path)`` rebuilds it from the saved folder with sentence-transformers' own classes
+    alone; only ``import modeling_elmo`` must have run, for transformers' Auto classes to know ELMo.
+
+    Args:
+        model_name_or_path, layer, max_seq_length, model_kwargs: as for [`ElmoModule`]. ``layer="average"`` turns on
+            the config's ``output_hidden_states`` (saved with the model), as the mean needs every layer.
+        freeze_bilm: as for [`ElmoModule`], for this module. The stock module does not save ``requires_grad``: a
+            model loaded again trains its whole biLM unless [`set_bilm_frozen`] freezes it again.
+
+    Returns:
+        a ``sentence_transformers`` ``Transformer`` (needs sentence-transformers >= 6.0).
+    """
+    try:
+        from sentence_transformers.base.modules import Transformer
+    except ModuleNotFoundError as err:
+        if not (err.name or "").startswith("sentence_transformers"):
+            raise
+        raise ImportError(
+            "elmo_transformer needs sentence-transformers >= 6.0 (its Transformer module's modality_config); "
+            "with 5.x use ElmoModule, which 5.x loads again without trust_remote_code"
+        ) from None
+    from ..configuration_elmo import ElmoConfig
+
+    path = resolve_model_path(model_name_or_path)
+    config = ElmoConfig.from_pretrained(path)
+    layer = check_layer(layer, config.n_layers, config.num_output_representations > 0)
+    if max_seq_length is not None and (not isinstance(max_seq_length, int) or max_seq_length < 1):
+        raise ValueError(f"max_seq_length must be a positive integer or None, got {max_seq_length!r}")
+    module = Transformer(
+        path,
+        model_kwargs=model_kwargs,
+        config_kwargs={"output_hidden_states": True} if layer == "average" else None,
+        modality_config={"text": {"method": "forward", "method_output_name": _output_path(layer)}},
+        module_output_name="token_embeddings",
+        max_seq_length=max_seq_length,
+    )
+    set_bilm_frozen(module, freeze_bilm)
+    return module
+
+
+def set_bilm_frozen(module, frozen: bool = True) -> None:
+    """Freeze (``requires_grad=False``) or unfreeze the character encoder and the LSTMs of the [`ElmoModel`] in a
+    ``Transformer`` module from [`elmo_transformer`], e.g. ``set_bilm_frozen(model[0])`` after loading a saved model.
+    The scalar mixes stay trainable."""
+    from ..modeling_elmo import ElmoModel
+
+    model = getattr(module, "auto_model", None)
+    if not isinstance(model, ElmoModel):
+        raise TypeError(
+            f"set_bilm_frozen takes a sentence-transformers Transformer module holding an ElmoModel, got "
+            f"{type(module).__name__}" + (f" holding {type(model).__name__}" if model is not None else "")
+        )
+    for part in (model.char_cnn, model.bilm):
+        part.requires_grad_(not frozen)
+
+
+__all__ = ["ElmoModule", "elmo_transformer", "set_bilm_frozen"]
