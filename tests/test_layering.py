@@ -1,5 +1,7 @@
-"""The package's layers: library code (everything under ``modeling_elmo/`` but ``commands/``) never imports the command
-layer (``modeling_elmo/commands/``, the ``elmo`` command's ``elmo_cli``), not even inside a function."""
+"""The package's layering: library code never imports the command layer, not even inside a function.
+
+Library code is every module under ``modeling_elmo/`` but ``commands/``; the command layer is ``modeling_elmo.commands``
+(the subcommands) and ``elmo_cli`` (the ``elmo`` command, beside the package)."""
 
 from __future__ import annotations
 
