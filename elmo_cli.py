@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import codecs
 import contextlib
-import errno
 import importlib
 import importlib.util
 import inspect
@@ -42,13 +41,10 @@ import re
 import signal
 import sys
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple, TextIO
 
-# The package's folder, found without importing the package (which would import torch and transformers).
-PACKAGE_DIR = Path(importlib.util.find_spec("modeling_elmo").submodule_search_locations[0])
-DEMO_MODEL_DIR = PACKAGE_DIR / "commands" / "demo_model"
 # `elmo embed --output_type`: AllenNLP's three (same meanings as `allennlp elmo --all/--top/--average`), then this
 # package's two. Kept equal to modeling_elmo.utils.embedding_elmo.OUTPUTS (not imported: it imports torch).
 OUTPUT_TYPES = ("all", "top", "average", "elmo", "sentence_mean")
@@ -134,50 +130,13 @@ class CliError(Exception):
 # ---------------------------------------------------------------------------------------------
 
 
-def demo_model_path() -> Path:
-    """The folder of the bundled demo model, to pass to ``from_pretrained`` (what ``elmo embed`` and ``elmo similar``
-    use without ``--model``).
-
-    The demo model is a toy-sized biLM (2 layers, LSTM 256, projection 64) that this project trained on WikiText-2,
-    not the released ELMo: it runs the examples without a download. The folder is a plain saved model (config,
-    weights, tokenizer and card; no code), so ``AutoModel.from_pretrained(demo_model_path())`` works with this
-    package imported. Light: imports neither torch nor transformers.
-
-    ```python
-    from modeling_elmo import ElmoModel, ElmoTokenizer
-    from elmo_cli import demo_model_path
-
-    model = ElmoModel.from_pretrained(demo_model_path())
-    tokenizer = ElmoTokenizer.from_pretrained(demo_model_path())
-    ```
-
-    The folder may be missing in a checkout that has not trained it (``scripts/train_demo_model.sh``).
-    """
-    return DEMO_MODEL_DIR
-
-
-def close_released_name(name: str) -> str | None:
-    """The released model's name (or alias) that ``name`` is most likely a misspelling of, or None.
-
-    Only for a bare name (no ``/``, so not a Hub id ``owner/name``) that is no released name itself: ``orignal`` ->
-    ``original``, ``smal`` -> ``small``. Light: no network, no torch.
-    """
-    import difflib
-
-    from modeling_elmo.commands.download import canonical_name, released_model_names
-
-    if "/" in name or canonical_name(name) is not None:
-        return None
-    names = {known.lower(): known for known in released_model_names()}
-    match = difflib.get_close_matches(name.strip().lower(), list(names), n=1, cutoff=0.75)
-    return names[match[0]] if match else None
-
-
 def check_model_name(model: str | None) -> None:
     """[`CliError`] for a ``--model`` that names no folder and is a misspelt released name (``orignal``), with the
-    suggestion: at once, before torch is imported or the Hub is asked."""
+    suggestion: at once, before the model loads or the Hub is asked."""
     if model is None or os.path.exists(model):
         return
+    from modeling_elmo.utils.download import close_released_name
+
     suggestion = close_released_name(model)
     if suggestion is not None:
         raise CliError(
@@ -192,7 +151,7 @@ def resolve_model(model: str | None) -> str:
     no folder fails at once with a suggestion, instead of being looked up on the Hub."""
     if model is not None:
         if not os.path.exists(model):  # an existing folder wins over a released name
-            from modeling_elmo.commands.download import DownloadError, canonical_name, download_released_model
+            from modeling_elmo.utils.download import DownloadError, canonical_name, download_released_model
 
             if canonical_name(model) is not None:
                 try:
@@ -212,13 +171,16 @@ def resolve_model(model: str | None) -> str:
             f"--model {model}: {what}. Give a model folder (made by `elmo convert` or `elmo train-lm`), "
             "a Hugging Face Hub id (owner/name) or a released model's name (`elmo download --list`)."
         )
-    if not (DEMO_MODEL_DIR / "config.json").is_file():
+    from modeling_elmo.utils.demo_model import demo_model_path
+
+    demo = demo_model_path()
+    if not (demo / "config.json").is_file():
         raise CliError(
-            f"no --model given and the bundled demo model is missing ({DEMO_MODEL_DIR} has no config.json). "
+            f"no --model given and the bundled demo model is missing ({demo} has no config.json). "
             "Give --model FOLDER (convert the original weights with `elmo convert --help`), or train the demo "
             "model with scripts/train_demo_model.sh."
         )
-    return str(DEMO_MODEL_DIR)
+    return str(demo)
 
 
 def check_device_name(name: str) -> None:
@@ -454,328 +416,34 @@ def scan_text_file(path: str) -> int:
 # ``.NAME.embed-partial-PID.tmp`` (one process), ``.NAME.embed-partN-of-W.tmp`` and ``.NAME.embed-merging-PID.tmp``
 # (several processes), and the lock ``.NAME.embed.lock``. Only the PID-named ones of dead processes are stale.
 _STALE_TEMP = re.compile(r"embed-(?:partial|merging)-(?P<pid>[0-9]+)\.tmp|embed-part[0-9]+-of-[0-9]+\.tmp")
-# HDF5's metadata cache grows by default up to 32 MB with the number of datasets written (one per sentence);
-# 1 MB keeps the memory flat, for writes ~10% slower in a loop that does nothing but write.
-_HDF5_METADATA_CACHE_BYTES = 1 << 20
 
 
 class Terminated(BaseException):
     """SIGTERM arrived: unwinds like ``KeyboardInterrupt``, so that the partial output is removed."""
 
 
-class _HDF5Call:
-    """Defers Ctrl-C and SIGTERM while HDF5 runs: HDF5 calls [`_GuardedFile`]'s Python methods, and an exception
-    raised there by a signal handler would reach HDF5 as a failed write (which it does not survive). Use
-    ``with _HDF5_CALL:`` around each h5py operation on a guarded file; the signal's exception is raised when
-    the operation is done."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.pending: BaseException | None = None
-
-    def __enter__(self) -> None:
-        self.depth += 1
-
-    def __exit__(self, *exc_info) -> None:
-        self.depth -= 1
-        if self.depth == 0 and self.pending is not None and exc_info[0] is None:
-            error, self.pending = self.pending, None
-            raise error
-
-
-_HDF5_CALL = _HDF5Call()
-
-
-def _on_signal(signum, frame) -> None:
-    if signum == signal.SIGTERM:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt the clean-up
-    error = Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
-    if _HDF5_CALL.depth:
-        _HDF5_CALL.pending = _HDF5_CALL.pending or error
-        return
-    raise error
-
-
 @contextlib.contextmanager
 def _signals_unwind() -> Iterator[None]:
     """Within the block, SIGTERM raises [`Terminated`] and Ctrl-C ``KeyboardInterrupt``, both deferred while HDF5
-    runs (see [`_HDF5Call`]). Only in the main thread, where signal handlers can be set."""
+    runs (``HDF5_CALL`` of ``modeling_elmo.utils.embedding_file``). Only in the main thread, where signal handlers
+    can be set."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {number: signal.signal(number, _on_signal) for number in (signal.SIGTERM, signal.SIGINT)}
+    from modeling_elmo.utils.embedding_file import HDF5_CALL
+
+    def on_signal(signum, frame) -> None:
+        if signum == signal.SIGTERM:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not interrupt the clean-up
+        HDF5_CALL.interrupt(Terminated() if signum == signal.SIGTERM else KeyboardInterrupt())
+
+    previous = {number: signal.signal(number, on_signal) for number in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-        _HDF5_CALL.pending = None
-
-
-class _GuardedFile:
-    """A new binary file for h5py's ``fileobj`` driver that keeps write errors away from HDF5.
-
-    HDF5 does not recover from a failed write (a full disk, a quota, a file size limit): the error comes out
-    of the next dataset's close, where h5py can only print it (once per dataset, from ``__dealloc__``), the
-    loop goes on, and closing the file afterwards segfaults. So the first failed write is remembered here,
-    HDF5 is told that every write succeeded, and the caller calls [`check`] after each dataset and after
-    closing the file, then deletes the file. Nothing is read back from the file once a write has failed.
-    """
-
-    def __init__(self, path: str, label: str) -> None:
-        self.path, self.label = path, label
-        self.error: OSError | None = None
-        self._file = open(path, "xb+", buffering=0)  # noqa: SIM115  # x: never write into a file that exists
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        return self._file.seek(offset, whence)
-
-    def tell(self) -> int:
-        return self._file.tell()
-
-    def read(self, size: int = -1) -> bytes:  # h5py takes an object with read and seek for a file
-        return self._file.read(size)
-
-    def readinto(self, buffer) -> int:
-        return self._file.readinto(buffer)
-
-    def write(self, data) -> int:
-        view = memoryview(data).cast("B")
-        size = len(view)
-        if self.error is None:
-            try:
-                while view:  # an unbuffered write may write less than asked, e.g. up to a size limit
-                    written = self._file.write(view)
-                    if not written:
-                        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-                    view = view[written:]
-            except OSError as err:
-                self.error = err
-        return size
-
-    def truncate(self, size: int | None = None) -> int:
-        if self.error is None:
-            try:
-                return self._file.truncate(size)
-            except OSError as err:
-                self.error = err
-        return self.tell() if size is None else size
-
-    def flush(self) -> None:  # unbuffered: nothing to do
-        pass
-
-    def close(self) -> None:
-        self._file.close()
-
-    def check(self) -> None:
-        """Raise a [`CliError`] naming the output if a write has failed."""
-        if self.error is not None:
-            reason = self.error.strerror or str(self.error)
-            raise CliError(f"could not write {self.label}: {reason} (errno {self.error.errno}); no file was left")
-
-
-def _create_hdf5(guard: _GuardedFile):
-    """A new HDF5 file written through ``guard``, with a metadata cache of fixed size."""
-    import h5py
-
-    f = h5py.File(guard, "w")
-    config = f.id.get_mdc_config()
-    config.set_initial_size = True
-    config.initial_size = config.max_size = _HDF5_METADATA_CACHE_BYTES
-    config.min_size = min(config.min_size, _HDF5_METADATA_CACHE_BYTES)
-    f.id.set_mdc_config(config)
-    return f
-
-
-# HDF5 names of the embed output besides the sentences' "0", "1"...: AllenNLP's index of sentences, and the list
-# of sentences that a part file of a multi-process run holds instead (the merge turns it into the index).
-SENTENCE_TO_INDEX = "sentence_to_index"
-_PART_SENTENCES = "sentences"
-
-
-def _write_sentences(
-    path: str,
-    model,
-    tokenizer,
-    sentences: Iterable[str],
-    output_type: str,
-    batch_size: int,
-    max_batch_words: int,
-    progress: bool,
-    total: int | None,
-    attrs: dict,
-    label: str | None = None,
-    tokenized: bool = False,
-    sentence_index: str = "json",
-    embed=None,
-) -> int:
-    """Embed ``sentences`` into a new HDF5 file ``path``, in the layout of AllenNLP's ``allennlp elmo``.
-
-    The file holds a float32 dataset ``str(i)`` for sentence ``i`` (0-based; its shape follows ``output_type``,
-    see [`embed_corpus`]) whose attribute ``words`` is the sentence's words joined by single spaces, and:
-
-    - ``sentence_index="json"``: AllenNLP's ``sentence_to_index``, a ``(1,)`` string dataset holding the JSON text
-      ``{sentence: "i"}`` (the sentence is the stripped line; a repeated sentence maps to its last index, as
-      AllenNLP's dict did). It holds every distinct sentence in memory until the end.
-    - ``"list"``: a string dataset ``sentences`` with every sentence in input order (the part files of a
-      multi-process run; [`_merge_parts`] turns them into ``sentence_to_index``).
-    - ``"none"``: neither (``--forget_sentences``, as AllenNLP's ``--forget-sentences``).
-
-    Args:
-        tokenized: split each sentence on whitespace only (``str.split``: the user's tokens, as AllenNLP and
-            flair read lines), instead of with ``tokenizer``.
-        embed: ``embed(word_lists) -> iterator of (index, array)``, indices counted from 0 in input order, for
-            callers that batch themselves (the stateful AllenNLP-compatible embedder); default [`embed_corpus`]
-            in length-bucketed batches.
-
-    Streams: each batch's vectors go to the file as soon as the batch is done (datasets are named by sentence
-    index, so their order of creation does not matter); only the words of sentences read but not yet embedded
-    (one chunk) are held, and with ``"json"`` the index of sentences. A failed write (full disk) stops the run
-    at once with a [`CliError`] naming ``label`` (default ``path``); the caller deletes ``path``.
-    """
-    import h5py
-    import numpy as np
-
-    from modeling_elmo.utils.embedding_elmo import embed_corpus
-
-    if sentence_index not in ("json", "list", "none"):
-        raise ValueError(f"sentence_index must be 'json', 'list' or 'none', got {sentence_index!r}")
-    guard = _GuardedFile(path, label or path)
-    try:
-        with _HDF5_CALL:
-            f = _create_hdf5(guard)
-        try:
-            with _HDF5_CALL:
-                f.attrs.update(attrs)
-                if sentence_index == "list":
-                    listed = f.create_dataset(
-                        _PART_SENTENCES, shape=(0,), maxshape=(None,), dtype=h5py.string_dtype(), chunks=(1024,)
-                    )
-            block: list[str] = []
-            index_of: dict[str, str] = {}
-            pending_words: dict[int, str] = {}  # read, not yet embedded
-
-            def flush() -> None:
-                with _HDF5_CALL:
-                    listed.resize((listed.shape[0] + len(block),))
-                    listed[-len(block) :] = np.array(block, dtype=object)
-                block.clear()
-                guard.check()
-
-            def words_of_each() -> Iterator[list[str]]:
-                for index, sentence in enumerate(sentences):
-                    sentence = sentence.strip()
-                    words = sentence.split() if tokenized else tokenizer.tokenize(sentence)
-                    pending_words[index] = " ".join(words)
-                    if sentence_index == "json":
-                        index_of[sentence] = str(index)
-                    elif sentence_index == "list":
-                        block.append(sentence)
-                        if len(block) == 1024:
-                            flush()
-                    yield words
-
-            if embed is None:
-                results = embed_corpus(
-                    model,
-                    tokenizer,
-                    words_of_each(),
-                    output=output_type,
-                    batch_size=batch_size,
-                    max_batch_words=max_batch_words,
-                    is_split_into_words=True,
-                    progress=progress,
-                    total=total,
-                    ordered=False,
-                )
-            else:
-                results = embed(words_of_each())
-            count = 0
-            for index, array in results:
-                with _HDF5_CALL:
-                    dataset = f.create_dataset(str(index), data=array.astype(np.float32, copy=False))
-                    dataset.attrs["words"] = pending_words.pop(index)
-                guard.check()
-                count += 1
-            if block:
-                flush()
-            with _HDF5_CALL:
-                f.attrs["num_sentences"] = count
-                if sentence_index == "json":
-                    _write_sentence_to_index(f, index_of)
-            guard.check()
-        finally:
-            with _HDF5_CALL:
-                f.close()  # HDF5 saw no failed write, so this closes cleanly even after one
-        guard.check()
-    finally:
-        guard.close()
-    return count
-
-
-def _write_sentence_to_index(f, index_of: dict[str, str]) -> None:
-    """AllenNLP's ``sentence_to_index``: a ``(1,)`` variable-length string dataset holding ``json.dumps`` of
-    ``{sentence: "i"}``; read it with ``json.loads(f["sentence_to_index"][0])``."""
-    import json
-
-    import h5py
-
-    dataset = f.create_dataset(SENTENCE_TO_INDEX, shape=(1,), dtype=h5py.string_dtype())
-    dataset[0] = json.dumps(index_of)
-
-
-def _merge_parts(parts: list[str], path: str, label: str | None = None) -> int:
-    """Interleave part files into ``path``, in input order: dataset ``"k"`` of part ``r`` is sentence
-    ``k * world + r`` (process ``r`` embedded sentences ``r, r + world, ...`` and numbered them 0, 1, ...).
-    The parts' ``sentences`` lists become one ``sentence_to_index``."""
-    import h5py
-
-    world = len(parts)
-    handles = [h5py.File(p, "r") for p in parts]
-    try:
-        total = sum(int(h.attrs["num_sentences"]) for h in handles)
-        guard = _GuardedFile(path, label or path)
-        try:
-            with _HDF5_CALL:
-                out = _create_hdf5(guard)
-            try:
-                attrs = dict(handles[0].attrs)
-                attrs["num_sentences"] = total
-                with _HDF5_CALL:
-                    out.attrs.update(attrs)
-                for i in range(total):
-                    with _HDF5_CALL:  # with its attribute "words"
-                        handles[i % world].copy(str(i // world), out, name=str(i))
-                    guard.check()
-                if all(_PART_SENTENCES in h for h in handles):
-                    # The index holds every distinct sentence anyway: read the lists whole, insert in input order.
-                    listed = [h[_PART_SENTENCES].asstr()[()] for h in handles]
-                    index_of = {str(listed[i % world][i // world]): str(i) for i in range(total)}
-                    with _HDF5_CALL:
-                        _write_sentence_to_index(out, index_of)
-                    guard.check()
-            finally:
-                with _HDF5_CALL:
-                    out.close()
-            guard.check()
-        finally:
-            guard.close()
-    finally:
-        for h in handles:
-            h.close()
-    return total
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
-
-
-def _temp_name(output: str, tag: str) -> str:
-    folder, name = os.path.split(os.path.abspath(output))
-    return os.path.join(folder, f".{name}.{tag}.tmp")
+        HDF5_CALL.pending = None
 
 
 def _lock_name(output: str) -> str:
@@ -824,9 +492,11 @@ def _lock_output(output: str) -> int | None:
 
 def _unlock_output(output: str, fd: int | None) -> None:
     """Remove the lock file, then release the lock (in this order: see [`_lock_output`])."""
+    from modeling_elmo.utils.embedding_file import remove_file
+
     if fd is None:
         return
-    _remove(_lock_name(output))
+    remove_file(_lock_name(output))
     os.close(fd)
 
 
@@ -849,6 +519,8 @@ def remove_stale_partials(output: str, locked: bool = True) -> list[str]:
     the output's lock (``locked``: no other run to this output is writing), the part files
     ``.NAME.embed-partN-of-W.tmp`` of a multi-process run, whose names carry no PID. Returns the deleted paths.
     """
+    from modeling_elmo.utils.embedding_file import remove_file
+
     folder, name = os.path.split(os.path.abspath(output))
     prefix = f".{name}."
     uid = os.getuid() if hasattr(os, "getuid") else None
@@ -866,7 +538,7 @@ def remove_stale_partials(output: str, locked: bool = True) -> list[str]:
             continue
         if uid is not None and entry.stat(follow_symlinks=False).st_uid != uid:
             continue
-        _remove(entry.path)
+        remove_file(entry.path)
         removed.append(entry.path)
     return removed
 
@@ -875,6 +547,8 @@ def _publish(temp: str, output: str, overwrite: bool) -> None:
     """Give the complete file ``temp`` the name ``output``. With ``overwrite`` it replaces whatever is there;
     without, it never replaces a file, even one that another program created while this run was writing:
     ``os.link`` fails if ``output`` exists, where ``os.replace`` would silently replace it."""
+    from modeling_elmo.utils.embedding_file import remove_file
+
     if overwrite:
         os.replace(temp, output)
         return
@@ -891,7 +565,7 @@ def _publish(temp: str, output: str, overwrite: bool) -> None:
             raise appeared from None
         os.replace(temp, output)
         return
-    _remove(temp)
+    remove_file(temp)
 
 
 def run_embed(args: argparse.Namespace) -> int:
@@ -963,6 +637,8 @@ def _start_output(args, output: str) -> int | None:
 
 def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
     """Embed this process's share of the input into ``path``; returns the number of sentences."""
+    from modeling_elmo.utils.embedding_file import write_sentences
+
     device = resolve_device(args.device, local_rank)
     resolve_precision(args, device, say=rank == 0)  # the choice is said once
     tokenizer, model = load_model(args.model, device, args.dtype, args.quantize)
@@ -987,7 +663,7 @@ def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
         sentences = read_sentences(stream, args.raw)
         if world > 1:
             sentences = (s for i, s in enumerate(sentences) if i % world == rank)
-        return _write_sentences(
+        return write_sentences(
             path,
             model,
             tokenizer,
@@ -1010,14 +686,16 @@ def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
 
 
 def _embed_single(args, output: str) -> int:
+    from modeling_elmo.utils.embedding_file import remove_file, temp_name
+
     lock = _start_output(args, output)
     try:
-        temp = _temp_name(output, f"embed-partial-{os.getpid()}")
+        temp = temp_name(output, f"embed-partial-{os.getpid()}")
         try:
             count = _embed_into(args, temp, 0, 1, 0)
             _publish(temp, output, args.overwrite)
         except BaseException:
-            _remove(temp)
+            remove_file(temp)
             raise
     finally:
         _unlock_output(output, lock)
@@ -1047,6 +725,8 @@ def _embed_distributed(args, output: str, rank: int, world: int, local_rank: int
     import torch
     import torch.distributed as dist
 
+    from modeling_elmo.utils.embedding_file import EmbeddingFileError, merge_parts, remove_file, temp_name
+
     started_here = not dist.is_initialized()
     if started_here:
         dist.init_process_group(backend="gloo")  # only a status flag travels; embeddings stay on each device
@@ -1056,7 +736,7 @@ def _embed_distributed(args, output: str, rank: int, world: int, local_rank: int
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return flag.item() == 0
 
-    parts = [_temp_name(output, f"embed-part{r}-of-{world}") for r in range(world)]
+    parts = [temp_name(output, f"embed-part{r}-of-{world}") for r in range(world)]
     lock = None
     writing = False  # until process 0 holds the lock, the part names may be another run's: leave them
     try:
@@ -1076,33 +756,33 @@ def _embed_distributed(args, output: str, rank: int, world: int, local_rank: int
         except Exception as err:  # every process must reach the collective below
             error = err
         if not all_ok(error is None):
-            _remove(parts[rank])
+            remove_file(parts[rank])
             if error is not None:
                 raise error
             raise CliError(f"another process failed (see its message); process {rank} stopped too")
         merge_error: BaseException | None = None
         if rank == 0:
-            temp = _temp_name(output, f"embed-merging-{os.getpid()}")
+            temp = temp_name(output, f"embed-merging-{os.getpid()}")
             try:
-                count = _merge_parts(parts, temp, label=output)
+                count = merge_parts(parts, temp, label=output)
                 _publish(temp, output, args.overwrite)
                 for part in parts:
-                    _remove(part)
+                    remove_file(part)
                 _report_written(args, count, output, world)
             except Exception as err:
-                _remove(temp)
+                remove_file(temp)
                 merge_error = err
         if not all_ok(merge_error is None):
-            _remove(parts[rank])
+            remove_file(parts[rank])
             if merge_error is not None:
-                if isinstance(merge_error, CliError):
+                if isinstance(merge_error, (CliError, EmbeddingFileError)):
                     raise merge_error
                 raise CliError(f"merging the part files into {output} failed: {merge_error}") from merge_error
             raise CliError("process 0 could not merge the part files (see its message)")
         return 0
     except BaseException:
         if writing:
-            _remove(parts[rank])
+            remove_file(parts[rank])
         raise
     finally:
         _unlock_output(output, lock)
@@ -1234,7 +914,7 @@ def run_similar(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-# `elmo convert`'s input files and how its messages name them (modeling_elmo.commands.convert._check_readable).
+# `elmo convert`'s input files and how its messages name them (modeling_elmo.utils.convert._check_readable).
 _CONVERT_INPUTS = {"--options_file": "options file", "--weight_file": "weight file", "--vocab_file": "vocab file"}
 
 

@@ -355,7 +355,7 @@ def original_model(work_dir: Path) -> tuple[Path, Path, Path]:
     sys.path.insert(0, str(HERE.parent / "tests"))
     from original_format import write_original_model
 
-    from modeling_elmo.commands.convert import convert
+    from modeling_elmo.utils.convert import convert
 
     folder = work_dir / "ours"
     options, weights = work_dir / "original" / "options.json", work_dir / "original" / "lm_weights.hdf5"

@@ -26,8 +26,9 @@ import statistics
 
 import torch
 
-from elmo_cli import SIMILAR_EXAMPLES, demo_model_path, word_similarities
+from elmo_cli import SIMILAR_EXAMPLES, word_similarities
 from modeling_elmo import ElmoModel, ElmoTokenizer
+from modeling_elmo.utils.demo_model import demo_model_path
 
 DISPLAYED = 2  # sentences per sense that the command shows; the rest are held out
 

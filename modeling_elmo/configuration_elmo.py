@@ -103,7 +103,7 @@ def check_model_name(name: Any) -> None:
     raise OSError(
         f"{name!r} is no folder, and no Hugging Face Hub id (owner/name). For a released ELMo model (small, medium, "
         "original, ...), run `elmo download NAME` (it converts the model once and prints its folder) and pass that "
-        "folder; in Python, modeling_elmo.commands.download.resolve_pretrained(NAME) returns it"
+        "folder; in Python, modeling_elmo.utils.download.resolve_pretrained(NAME) returns it"
     )
 
 

@@ -34,9 +34,10 @@ from tqdm.auto import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from modeling_elmo.commands.demo_lm import DEMO_MODEL_DIR, DEMO_SOFTMAX_FILE, demo_bilm_for_pretraining  # noqa: E402
+from modeling_elmo.commands.demo_lm import DEMO_SOFTMAX_FILE, demo_bilm_for_pretraining  # noqa: E402
 from modeling_elmo.tokenization_elmo import ElmoTokenizer, load_bilm_vocab  # noqa: E402
 from modeling_elmo.training.lm_data import ElmoLMCollator, make_windows  # noqa: E402
+from modeling_elmo.utils.demo_model import DEMO_MODEL_DIR  # noqa: E402
 
 DATA = Path(os.environ.get("ELMO_SHARED_DIR", ROOT.parent / "shared")) / "data" / "wikitext-2"
 

@@ -21,6 +21,7 @@ from helpers import BATCHING_ATOL
 
 import elmo_cli as cli
 from modeling_elmo import ElmoModel, ElmoTokenizer
+from modeling_elmo.utils import demo_model
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -154,7 +155,7 @@ def test_embed_errors_say_what_to_do(tiny_dir, text_file, tmp_path, capsys, monk
     assert run_cli("embed", text_file, "-o", out, "--output_type", "words") == 2  # argparse usage error
     capsys.readouterr()
     # no --model and no demo model: a clear error naming the fix
-    monkeypatch.setattr(cli, "DEMO_MODEL_DIR", tmp_path / "no-demo")
+    monkeypatch.setattr(demo_model, "DEMO_MODEL_DIR", tmp_path / "no-demo")
     out.unlink()
     assert run_cli("embed", text_file, "-o", out) == 1
     err = capsys.readouterr().err
@@ -357,7 +358,7 @@ def test_readme_first_screen():
 
 
 def test_demo_model_is_bundled_as_data():
-    demo = cli.DEMO_MODEL_DIR
+    demo = demo_model.DEMO_MODEL_DIR
     if not (demo / "config.json").is_file():
         pytest.fail(f"the bundled demo model is missing: run scripts/train_demo_model.sh to create {demo}")
     files = set(os.listdir(demo))

@@ -17,6 +17,7 @@ from helpers import TINY_SIZES
 
 import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from modeling_elmo.utils.download import close_released_name
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers", "huggingface_hub")
@@ -58,12 +59,12 @@ def broken_model(tmp_path) -> Path:
 
 
 def test_close_released_name():
-    assert cli.close_released_name("orignal") == "original"
-    assert cli.close_released_name("Smal") == "small"
-    assert cli.close_released_name("meduim") == "medium"
-    assert cli.close_released_name("original") is None  # a released name is no typo
-    assert cli.close_released_name("allenai/orignal") is None  # a Hub id is looked up as such
-    assert cli.close_released_name("my-own-model") is None
+    assert close_released_name("orignal") == "original"
+    assert close_released_name("Smal") == "small"
+    assert close_released_name("meduim") == "medium"
+    assert close_released_name("original") is None  # a released name is no typo
+    assert close_released_name("allenai/orignal") is None  # a Hub id is looked up as such
+    assert close_released_name("my-own-model") is None
 
 
 def test_misspelt_released_name_fails_at_once_with_a_suggestion(tmp_path):

@@ -14,6 +14,7 @@ from modeling_elmo import ElmoModel
 from modeling_elmo.commands import demo_lm
 from modeling_elmo.commands.demo_lm import demo_language_model_path, load_demo_language_model
 from modeling_elmo.scoring_elmo import folder_has_softmax, score_sentences, top_layer_with_boundaries
+from modeling_elmo.utils.demo_model import DEMO_MODEL_DIR
 
 # WikiText-2 style (tokenized, lower and upper case, "@-@" joins): what the demo biLM was trained on.
 SENTENCES = [
@@ -34,14 +35,14 @@ def demo_folder(tmp_path_factory):
 
 def test_the_demo_elmo_model_folder_stays_a_plain_quiet_elmo_model():
     """The embedding commands' folder is untouched: no softmax in it, and it loads with nothing missing or extra."""
-    assert not folder_has_softmax(demo_lm.DEMO_MODEL_DIR)
-    _, info = ElmoModel.from_pretrained(demo_lm.DEMO_MODEL_DIR, output_loading_info=True)
+    assert not folder_has_softmax(DEMO_MODEL_DIR)
+    _, info = ElmoModel.from_pretrained(DEMO_MODEL_DIR, output_loading_info=True)
     assert not any(info[key] for key in ("missing_keys", "unexpected_keys", "mismatched_keys")), info
 
 
 def test_the_language_model_is_the_demo_bilm_under_the_shipped_softmax(demo):
     model, tokenizer = demo
-    bilm = ElmoModel.from_pretrained(demo_lm.DEMO_MODEL_DIR).state_dict()
+    bilm = ElmoModel.from_pretrained(DEMO_MODEL_DIR).state_dict()
     for name, tensor in model.elmo.state_dict().items():
         assert torch.equal(tensor, bilm[name]), name
     shipped = load_file(demo_lm.DEMO_SOFTMAX_FILE)

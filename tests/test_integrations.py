@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from elmo_cli import demo_model_path
 from modeling_elmo import ElmoModel, ElmoTokenizer
+from modeling_elmo.utils.demo_model import demo_model_path
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 REPO = Path(__file__).resolve().parents[1]

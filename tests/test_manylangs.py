@@ -27,10 +27,10 @@ from test_download_safety import snapshot
 
 import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from modeling_elmo.commands.convert import ConversionError
-from modeling_elmo.commands.convert_manylangs import convert_manylangs, read_dictionary
-from modeling_elmo.commands.download import DownloadError, canonical_name, download_released_model
-from modeling_elmo.commands.download_manylangs import LANGUAGES, unpack_model, zip_url
+from modeling_elmo.utils.convert import ConversionError
+from modeling_elmo.utils.convert_manylangs import convert_manylangs, read_dictionary
+from modeling_elmo.utils.download import DownloadError, canonical_name, download_released_model
+from modeling_elmo.utils.download_manylangs import LANGUAGES, unpack_model, zip_url
 from modeling_elmo.utils.embedding_elmo import embed_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")

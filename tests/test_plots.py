@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from elmo_cli import DEMO_MODEL_DIR, main
+from elmo_cli import main
 from modeling_elmo import ElmoModel
+from modeling_elmo.utils.demo_model import DEMO_MODEL_DIR
 from modeling_elmo.utils.plots import save_scalar_mix_plot, scalar_mix_weights
 
 pytest.importorskip("matplotlib")

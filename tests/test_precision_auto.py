@@ -16,6 +16,7 @@ from helpers import TINY
 
 import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from modeling_elmo.utils.demo_model import demo_model_path
 from modeling_elmo.utils.precision import (
     CPU_FLAGS,
     DOCUMENTED_MIN_COSINE,
@@ -124,7 +125,7 @@ def test_this_cpus_choice_keeps_its_documented_bound_on_the_fixture(converted_fi
 def test_this_cpus_choice_keeps_its_documented_bound_on_small_models(which, tmp_path):
     """The tiny random model of tests/test_reduced_precision.py, and the bundled demo biLM (trained)."""
     if which == "demo":
-        folder = cli.demo_model_path()
+        folder = demo_model_path()
     else:
         torch.manual_seed(0)
         folder = str(tmp_path / "tiny")

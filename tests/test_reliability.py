@@ -419,7 +419,7 @@ def staging(parent: Path, name: str) -> list[Path]:
 def test_converter_killed_while_writing_leaves_no_output(tmp_path: Path):
     from original_format import write_original_model
 
-    from modeling_elmo.commands.convert import convert
+    from modeling_elmo.utils.convert import convert
 
     options, weights = write_original_model(tmp_path / "original", **BIG)  # ~40 MB of weights
     out = tmp_path / "converted"
@@ -458,7 +458,7 @@ def test_converter_killed_while_writing_leaves_no_output(tmp_path: Path):
 
 
 def test_stale_staging_of_live_process_is_kept(tmp_path: Path):
-    from modeling_elmo.commands.convert import _make_staging, remove_stale_staging
+    from modeling_elmo.utils.convert import _make_staging, remove_stale_staging
 
     out = tmp_path / "model"
     live = _make_staging(out)  # this process's own: alive

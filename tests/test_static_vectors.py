@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import elmo_cli as cli
-from elmo_cli import demo_model_path
 from modeling_elmo import ElmoModel, ElmoTokenizer
+from modeling_elmo.utils.demo_model import demo_model_path
 from modeling_elmo.utils.static_vectors import export_word2vec, read_word_list
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -22,7 +22,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
+from ..utils.demo_model import DEMO_MODEL_DIR
+
 DEMO_LM_DIR = Path(__file__).resolve().parent / "demo_model_lm"
 DEMO_SOFTMAX_FILE = DEMO_LM_DIR / "softmax.safetensors"
 DEMO_NAME = "demo"  # what --model accepts for it (an existing folder of that name wins)
@@ -123,7 +124,7 @@ def demo_language_model_path(cache_dir: str | os.PathLike | None = None) -> Path
     ```
     """
     _require()
-    from .download import default_cache_dir
+    from ..utils.download import default_cache_dir
 
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     target = cache / f"demo-lm-{_fingerprint()}"

@@ -14,9 +14,8 @@ from typing import Any
 from huggingface_hub import EvalResult
 
 from ..configuration_elmo import ElmoConfig
+from ..utils.demo_model import DEMO_MODEL_DIR
 from ..utils.model_card import write_model_card
-
-DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_model"
 
 
 def write_demo_card(folder: str | os.PathLike, results: dict[str, Any]) -> Path:

@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None, prog: str = "elmo score") -> int:
     from elmo_cli import CliError, resolve_device
 
     from ..scoring_elmo import ElmoSentenceScorer, load_language_model
+    from ..utils.download import resolve_pretrained
     from .demo_lm import DEMO_NAME, load_demo_language_model
-    from .download import resolve_pretrained
 
     try:
         device = resolve_device(args.device)

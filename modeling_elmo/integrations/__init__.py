@@ -20,10 +20,10 @@ def resolve_model_path(model: str | os.PathLike | None) -> str:
     """A model folder, Hub id or released model's name as a folder or Hub id; ``None`` or ``"demo"``: the bundled
     demo model (a toy-sized biLM trained on WikiText-2 by this project, not the released ELMo)."""
     if model is None or model == "demo":
-        from elmo_cli import demo_model_path
+        from ..utils.demo_model import demo_model_path
 
         return str(demo_model_path())
-    from ..commands.download import resolve_pretrained
+    from ..utils.download import resolve_pretrained
 
     return resolve_pretrained(os.fspath(model))
 

@@ -36,10 +36,10 @@ from transformers.trainer_utils import EvalLoopOutput, SchedulerType, get_last_c
 from transformers.training_args import OptimizerNames
 from transformers.utils import logging as hf_logging
 
-from ..commands.download import resolve_pretrained
 from ..configuration_elmo import ElmoConfig
 from ..modeling_elmo_pretraining import ElmoForPreTraining
 from ..tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
+from ..utils.download import resolve_pretrained
 from ..utils.hub import remote_code
 from ..utils.model_card import hub_model_id, metric_results, write_model_card
 from .arguments import ElmoArgumentParser

@@ -46,7 +46,7 @@ import torch
 from transformers import IntervalStrategy, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
-from ..commands.download import resolve_pretrained
+from ..utils.download import close_released_name, resolve_pretrained
 from ..utils.hub import remote_code, save_with_remote_code
 from ..utils.model_card import SCALAR_MIX_PLOT, hub_model_id, metric_results, write_model_card
 from ..utils.token_cache import build_token_cache
@@ -607,8 +607,6 @@ def check_run(model_args: ModelArguments, data_args: DataArguments, training_arg
             "--no_elmo for the baseline without ELMo"
         )
     if model_args.bilm and not Path(model_args.bilm).is_dir():
-        from elmo_cli import close_released_name
-
         suggestion = close_released_name(model_args.bilm)
         hint = f": did you mean {suggestion}? (`elmo download --list`)" if suggestion else ""
         raise ValueError(f"--bilm {model_args.bilm}: not a folder{hint}")

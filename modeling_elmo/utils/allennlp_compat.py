@@ -125,7 +125,7 @@ def load_elmo_model(
         # The compat classes carry the state themselves (stateful=...), whatever the folder's config says. The
         # folder's own scalar mixes are left out quietly: ElmoModel declares them (_keys_to_ignore_on_load_unexpected).
         return ElmoModel.from_pretrained(options_file, num_output_representations=0, stateful=False).eval()
-    from ..commands.convert import read_original_weights
+    from .convert import read_original_weights
 
     config = ElmoConfig.from_options(options_file, num_output_representations=0)
     model = ElmoModel(config)
@@ -366,7 +366,7 @@ class ElmoEmbedder:
             forget_sentences: write no ``sentence_to_index``.
             use_sentence_keys: not supported (keys by sentence break on ``/``): ``sentence_to_index`` maps them.
         """
-        import elmo_cli as cli  # the `elmo embed` file writing, shared with the command
+        from .embedding_file import remove_file, temp_name, write_sentences  # shared with `elmo embed`
 
         if output_format not in EMBED_FILE_FORMATS:
             raise ValueError(f"output_format must be one of {EMBED_FILE_FORMATS}, got {output_format!r}")
@@ -383,7 +383,7 @@ class ElmoEmbedder:
                 yield index, reduce(layers)
 
         output = os.fspath(output_file_path)
-        temp = cli._temp_name(output, f"embed-partial-{os.getpid()}")
+        temp = temp_name(output, f"embed-partial-{os.getpid()}")
         config = self.elmo_bilm.config
         attrs = {
             "output_type": output_format,
@@ -395,7 +395,7 @@ class ElmoEmbedder:
         is_path = isinstance(input_file, (str, os.PathLike))
         stream = open(input_file, encoding="utf-8") if is_path else input_file  # noqa: SIM115
         try:
-            cli._write_sentences(
+            write_sentences(
                 temp,
                 None,
                 None,
@@ -413,7 +413,7 @@ class ElmoEmbedder:
             )
             os.replace(temp, output)
         except BaseException:
-            cli._remove(temp)
+            remove_file(temp)
             raise
         finally:
             if stream is not input_file:
