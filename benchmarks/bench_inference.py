@@ -29,6 +29,7 @@ matrix units, the matrix-product rates measured at the model's own shapes (the c
 median words/s, the ratio to AllenNLP and the fraction of the ceiling reached.
 
     python benchmarks/bench_inference.py --allennlp_python /work/refenv-allennlp/bin/python
+    python benchmarks/bench_inference.py --ceiling      # the same words/s and ceiling tables, without AllenNLP
 
 With ``--embed_sweep`` it times ``embed_corpus`` (what ``elmo embed`` runs, ``--output_type elmo``) on the first
 ``--corpus_sentences`` WikiText-2 sentences in file order, for a few ``batch_size``/``max_batch_words`` pairs
@@ -247,6 +248,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 repeats: a quick check that it runs")
     parser.add_argument("--allennlp_python", help="the AllenNLP reference environment's python: compare with it")
     parser.add_argument(
+        "--ceiling",
+        action="store_true",
+        help="the --allennlp_python tables (words/s and fraction of ceiling per mode) without AllenNLP's columns",
+    )
+    parser.add_argument(
         "--modes",
         nargs="+",
         choices=list(MODES),
@@ -268,7 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.worker:
         return _our_worker(args.worker)
-    if args.allennlp_python:
+    if args.allennlp_python or args.ceiling:
         args.modes = args.modes or list(MODES)
         return compare_with_allennlp(args)
     if args.smoke:
@@ -562,7 +568,7 @@ def compare_with_allennlp(args) -> None:
     work_dir.mkdir(parents=True, exist_ok=True)
     options, weights, folder = original_model(work_dir)
     ours = [sys.executable, str(Path(__file__).resolve()), "--worker"]
-    theirs = [args.allennlp_python, str(HERE / "allennlp_worker.py")]
+    theirs = [args.allennlp_python, str(HERE / "allennlp_worker.py")] if args.allennlp_python else None
     common = {"threads": args.threads, "warmup": args.warmup, "repeats": args.repeats}
     allennlp_spec = {"allennlp_dir": str(ALLENNLP_DIR), "options": str(options), "weights": str(weights)}
     print(f"# CPU: {cpu_description()}")
@@ -615,17 +621,19 @@ def compare_with_allennlp(args) -> None:
                 fractions[mode]["best"].append(achieved / measured[-1][mode]["combined"])
                 if "plain" in measured[-1][mode]:
                     fractions[mode]["plain"].append(achieved / measured[-1][mode]["plain"]["combined"])
-            spec = {**common, **allennlp_spec, "batches": batches, "dump": str(dumps["allennlp"])}
-            times["allennlp"] += _run_json(theirs, spec, work_dir)["times"]
+            if theirs:
+                spec = {**common, **allennlp_spec, "batches": batches, "dump": str(dumps["allennlp"])}
+                times["allennlp"] += _run_json(theirs, spec, work_dir)["times"]
         ceiling[batch] = median_round(measured)
-        theirs_rate = words / statistics.median(times["allennlp"])
+        theirs_rate = words / statistics.median(times["allennlp"]) if theirs else None
         for mode in args.modes:
             rate = words / statistics.median(times[mode])
             fraction = f"{statistics.median(fractions[mode]['best']):.0%}"
             if fractions[mode]["plain"]:
                 fraction += f" ({statistics.median(fractions[mode]['plain']):.0%})"
-            print(f"| {mode} | {batch} | {rate:.0f} | {theirs_rate:.0f} | {rate / theirs_rate:.1f}x | {fraction} |")
-        if batch == 32 and "float32" in args.modes:
+            against = f"{theirs_rate:.0f} | {rate / theirs_rate:.1f}x" if theirs else "- | -"
+            print(f"| {mode} | {batch} | {rate:.0f} | {against} | {fraction} |")
+        if theirs and batch == 32 and "float32" in args.modes:
             import numpy as np
 
             a, b = np.load(dumps["float32"]), np.load(dumps["allennlp"])
@@ -645,7 +653,7 @@ def compare_with_allennlp(args) -> None:
                     cells = " | ".join(f"{rate:.0f}" for rate in each["shapes"].values())
                     print(f"| {batch} | {mode} | {kernel} | {cells} | {each['combined']:.0f} |")
 
-    if args.corpus_sentences:
+    if args.corpus_sentences and theirs:
         corpus = work_dir / "corpus.txt"
         text = [" ".join(s) for s in wikitext_sentences(args.corpus_sentences, 1, 10_000)]
         corpus.write_text("\n".join(text) + "\n", encoding="utf-8")

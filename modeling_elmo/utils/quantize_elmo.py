@@ -99,8 +99,10 @@ class Int8BiLstmLayer(ElmoBiLstmLayer):
         self.projection_dim, self.lstm_dim = layer.projection_dim, layer.lstm_dim
         self.cell_clip, self.proj_clip, self.residual = layer.cell_clip, layer.proj_clip, layer.residual
         self.bias = nn.Parameter(layer.bias.detach().float().clone(), requires_grad=False)
-        # Per direction, weights as (out, in), the layout of linear_dynamic.
-        self._input = [_pack(layer.input_kernel[k].t()) for k in range(2)]
+        # Per direction, weights as (out, in), the layout of linear_dynamic. The input product carries the gate bias
+        # (B plus the forget bias), added inside the kernel instead of by a separate pass over all steps' gates.
+        bias = layer.gate_bias().detach().float()
+        self._input = [_pack(layer.input_kernel[k].t(), bias[k]) for k in range(2)]
         self._state = [_pack(layer.state_kernel[k].t()) for k in range(2)]
         self._projection = [_pack(layer.projection[k].t()) for k in range(2)]
 
@@ -112,12 +114,13 @@ class Int8BiLstmLayer(ElmoBiLstmLayer):
     def input_gates(
         self, inputs: torch.Tensor, bias: torch.Tensor, directions: slice = BOTH_DIRECTIONS
     ) -> torch.Tensor:
-        return self._each(inputs, self._input[directions]) + bias.unsqueeze(1)
+        # ``bias`` is this layer's gate bias, packed with the input weights when the layer was quantized.
+        return self._each(inputs, self._input[directions])
 
     def add_state_gates(
         self, input_gates: torch.Tensor, h: torch.Tensor, directions: slice = BOTH_DIRECTIONS
     ) -> torch.Tensor:
-        return input_gates + self._each(h, self._state[directions])
+        return self._each(h, self._state[directions]).add_(input_gates)  # in place: no new (G, n, 4D) per step
 
     def project(self, memory: torch.Tensor, directions: slice = BOTH_DIRECTIONS) -> torch.Tensor:
         return self._each(memory, self._projection[directions])
