@@ -928,24 +928,26 @@ def _open_within(request: urllib.request.Request, timeout: float):
 
     The socket's timeout bounds each read, not the answer: a server sending one byte of its headers every 20 s
     would hold the call for hours. A timer shuts the connection's socket down at the deadline, which ends a read
-    that waits at once (a connection made after it is shut down as soon as it exists; making one takes at most
-    ``timeout``). The body is [`_stream`]'s to bound (the minimum rate).
+    that waits at once, TLS handshake included (a connection made after it is shut down as soon as it exists;
+    making one takes at most ``timeout``). The body is [`_stream`]'s to bound (the minimum rate).
     """
     guard = threading.Lock()
+    # A duplicate descriptor of each connection's socket: TLS moves the socket to a new object (the first one's
+    # descriptor is then gone), and one that stays ours cannot be reused for another file once the request closes.
     sockets: list[socket.socket] = []
     state = {"expired": False, "answered": False}
 
     def shut(sock: socket.socket) -> None:
-        with contextlib.suppress(OSError):  # the plain socket's shutdown, also under TLS: the blocked read returns
-            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):  # ends the blocked read on the shared socket
+            sock.shutdown(socket.SHUT_RDWR)
 
     class Watched(http.client.HTTPConnection):
         def connect(self) -> None:  # the TCP connection (also under HTTPS's, which then shakes hands on it)
             super().connect()
             with guard:
-                sockets.append(self.sock)
+                sockets.append(self.sock.dup())
                 if state["expired"]:
-                    shut(self.sock)
+                    shut(sockets[-1])
 
     class WatchedHTTPS(http.client.HTTPSConnection, Watched):  # Watched.connect runs inside HTTPS's connect
         pass
@@ -978,6 +980,8 @@ def _open_within(request: urllib.request.Request, timeout: float):
         timer.cancel()
         with guard:
             state["answered"] = True
+            for sock in sockets:
+                sock.close()
     if state["expired"]:  # the error of a shut socket, or headers cut short by it: not an answer
         if response is not None:
             response.close()
