@@ -130,7 +130,9 @@ def _sanitize(text: str) -> str:
     return _SURROGATES.sub(_REPLACEMENT_CHARACTER, text)
 
 
-@functools.lru_cache(maxsize=1 << 16)
+# ~590 bytes a word: 16,384 words hold ~9 MiB (65,536 held 37 MiB, which a large vocabulary filled over a long
+# corpus, issue 26, 17); Zipf-distributed text still hits it for ~80% of its words.
+@functools.lru_cache(maxsize=1 << 14)
 def _cached_char_ids(word: str, max_chars: int) -> tuple[int, ...]:
     return tuple(word_to_char_ids(word, max_chars))
 

@@ -45,9 +45,11 @@ class FileServer(ThreadingHTTPServer):
     ``requests`` lists ``(path, Range header)`` of every request. ``cut[path] = n`` makes the next response for
     ``path`` stop after ``n`` bytes and close the connection (once); ``stall[path] = n`` makes it send ``n`` bytes
     and then wait until ``release`` is set. ``delay`` seconds pass before each response. ``trickle[path] = s``
-    sends one byte every ``s`` seconds. ``validators = False`` leaves out the ``ETag`` (then ``last_modified``, if
-    set, is the validator, sent as ``Last-Modified``; without it every ``Range`` is honoured). ``ignore_if_range``
-    honours every ``Range`` whatever its ``If-Range`` says (a careless mirror).
+    sends one byte of the body every ``s`` seconds, ``trickle_headers[path] = s`` one byte of the status line and
+    headers every ``s`` seconds (both until ``release`` is set or the client hangs up). ``validators = False``
+    leaves out the ``ETag`` (then ``last_modified``, if set, is the validator, sent as ``Last-Modified``; without
+    it every ``Range`` is honoured). ``ignore_if_range`` honours every ``Range`` whatever its ``If-Range`` says (a
+    careless mirror).
     """
 
     daemon_threads = True
@@ -62,6 +64,7 @@ class FileServer(ThreadingHTTPServer):
         self.release = threading.Event()
         self.delay = 0.0
         self.trickle: dict[str, float] = {}
+        self.trickle_headers: dict[str, float] = {}
         self.validators = True
         self.last_modified: str | None = None
         self.ignore_if_range = False
@@ -121,6 +124,17 @@ class _Handler(BaseHTTPRequestHandler):
             server.release.wait(60)
             return  # HTTP/1.0: the connection closes here, short of Content-Length
         self.wfile.write(payload[: server.cut.pop(self.path, len(payload))])
+
+    def flush_headers(self):  # http.server's hook that writes the status line and headers
+        pause = self.server.trickle_headers.get(self.path)
+        if pause is None:
+            return super().flush_headers()
+        head, self._headers_buffer = b"".join(self._headers_buffer), []
+        for i in range(len(head)):
+            self.wfile.write(head[i : i + 1])
+            self.wfile.flush()
+            if self.server.release.wait(pause):
+                return
 
     def log_message(self, *args):
         pass

@@ -200,6 +200,36 @@ def test_trickling_mirror_fails_with_a_clear_error(server, fixture_files, tmp_pa
         download(server, cache, force=True)
 
 
+def test_trickling_headers_fail_within_the_timeout(server, fixture_files, tmp_path, converted_fixture):
+    """The status line and headers of the weights' answer trickle in, one byte every 0.1 s (about 20 s for all of
+    them, with no read ever waiting the 1 s timeout): a clear error after the 1 s deadline, the partial file left
+    by an earlier call unchanged, and the next call resumes it."""
+    cache = tmp_path / "cache"
+    weights = fixture_files[WEIGHTS_PATH]
+    downloads = cache / ".downloads" / "small"
+    downloads.mkdir(parents=True)
+    part = downloads / f"{WEIGHTS_NAME}.part"
+    part.write_bytes(weights[:100_000])
+    meta = {"url": server.url + SMALL.weights, "total": len(weights), "etag": f'"{zlib.crc32(weights):08x}"'}
+    (downloads / f"{WEIGHTS_NAME}.part.json").write_text(json.dumps(meta), encoding="utf-8")
+    server.trickle_headers[WEIGHTS_PATH] = 0.1
+    start = time.monotonic()
+    with pytest.raises(DownloadError) as info:
+        download(server, cache, timeout=1.0)
+    elapsed = time.monotonic() - start
+    message = str(info.value)
+    assert f"the download of {server.url}{SMALL.weights} is too slow (its status line and headers did not arrive " \
+        "within 1 s); the 100000 bytes received before are kept" in message, message  # fmt: skip
+    assert elapsed < 5, elapsed  # the 1 s deadline, and the options' download
+    assert part.read_bytes() == weights[:100_000] and not (cache / "small").exists()
+    assert server.requested(WEIGHTS_PATH) == ["bytes=100000-"]  # no retry against a trickling server
+
+    del server.trickle_headers[WEIGHTS_PATH]
+    assert download(server, cache) == cache / "small"
+    assert server.requested(WEIGHTS_PATH)[-1] == "bytes=100000-"
+    assert_same_weights(cache / "small", converted_fixture)
+
+
 # ---------------------------------------------------------------------------------------------
 # Entry 5: no splice of two versions of a file
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,8 @@ back in ``If-Range`` and compared with the answer's: without one, the download s
 versions of a file are never spliced. Where the model table records a file's sha256, the whole file must match it
 (the released files' hashes are not recorded yet). A download must average ``ELMO_DOWNLOAD_MIN_RATE`` bytes/s
 (default 1024) over each ``timeout`` window (60 s), or it stops with an error, its partial file kept: a trickling
-mirror fails in a minute or two instead of hours.
+mirror fails in a minute or two instead of hours. The status line and headers of each answer must arrive within
+``timeout`` too (a timer shuts the socket down at the deadline), or the same kind of error ends the call.
 
 Nothing outside ``CACHE`` is created, written or deleted: every folder below it is opened without following
 symbolic links and every file operation is relative to such a folder's descriptor (``_CacheFolder``); a symbolic
@@ -46,8 +47,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import stat
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -830,9 +833,13 @@ def _fetch(
                 headers["Range"] = f"bytes={have}-"
                 headers["If-Range"] = _validator(meta)
             try:
-                response = urllib.request.urlopen(
-                    urllib.request.Request(url, headers=headers), timeout=transfer.timeout
-                )
+                response = _open_within(urllib.request.Request(url, headers=headers), transfer.timeout)
+            except _TooSlow as slow:  # headers trickling in: nothing of this answer was written
+                kept = f"the {have} bytes received before are kept: " if have else ""
+                raise DownloadError(
+                    f"the download of {url} is too slow ({slow}); {kept}run the same command again, or use another "
+                    f"mirror ({BASE_URL_ENV}). {manual}"
+                ) from None
             except urllib.error.HTTPError as err:
                 if err.code == 416 and have:  # our partial file is not a prefix of theirs: start again
                     folder.remove(part, meta_name)
@@ -922,6 +929,73 @@ def _fetch(
     folder.replace(part, name)
     folder.remove(meta_name)
     return folder.path / name
+
+
+def _open_within(request: urllib.request.Request, timeout: float):
+    """``urlopen(request, timeout=timeout)`` whose status line and headers must all arrive within ``timeout``
+    seconds of the call, or [`_TooSlow`]; redirects included.
+
+    The socket's timeout bounds each read, not the answer: a server sending one byte of its headers every 20 s
+    would hold the call for hours. A timer shuts the connection's socket down at the deadline, which ends a read
+    that waits at once, TLS handshake included (a connection made after it is shut down as soon as it exists;
+    making one takes at most ``timeout``). The body is [`_stream`]'s to bound (the minimum rate).
+    """
+    guard = threading.Lock()
+    # A duplicate descriptor of each connection's socket: TLS moves the socket to a new object (the first one's
+    # descriptor is then gone), and one that stays ours cannot be reused for another file once the request closes.
+    sockets: list[socket.socket] = []
+    state = {"expired": False, "answered": False}
+
+    def shut(sock: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # ends the blocked read on the shared socket
+            sock.shutdown(socket.SHUT_RDWR)
+
+    class Watched(http.client.HTTPConnection):
+        def connect(self) -> None:  # the TCP connection (also under HTTPS's, which then shakes hands on it)
+            super().connect()
+            with guard:
+                sockets.append(self.sock.dup())
+                if state["expired"]:
+                    shut(sockets[-1])
+
+    class WatchedHTTPS(http.client.HTTPSConnection, Watched):  # Watched.connect runs inside HTTPS's connect
+        pass
+
+    class HTTPHandler(urllib.request.HTTPHandler):
+        def http_open(self, req):
+            return self.do_open(Watched, req)
+
+    class HTTPSHandler(urllib.request.HTTPSHandler):
+        def https_open(self, req):
+            return self.do_open(WatchedHTTPS, req)
+
+    def expire() -> None:
+        with guard:
+            if not state["answered"]:
+                state["expired"] = True
+                for sock in sockets:
+                    shut(sock)
+
+    timer = threading.Timer(timeout, expire)
+    timer.daemon = True
+    timer.start()
+    response = None
+    try:
+        response = urllib.request.build_opener(HTTPHandler, HTTPSHandler).open(request, timeout=timeout)
+    except (OSError, http.client.HTTPException):  # URLError and HTTPError are OSErrors
+        if not state["expired"]:
+            raise
+    finally:
+        timer.cancel()
+        with guard:
+            state["answered"] = True
+            for sock in sockets:
+                sock.close()
+    if state["expired"]:  # the error of a shut socket, or headers cut short by it: not an answer
+        if response is not None:
+            response.close()
+        raise _TooSlow(f"its status line and headers did not arrive within {timeout:g} s")
+    return response
 
 
 def _stream(response, out, room: int, bar, transfer: _Transfer) -> tuple[int, str | None]:
