@@ -16,17 +16,18 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# One timed process: the model code comes from the checkout on PYTHONPATH; only torch and the model are used.
+# One timed process: the model code comes from the checkout on PYTHONPATH; the character ids come ready-made in a
+# file, so that every checkout reads the same batches.
 WORKER = r"""
-import json, random, string, sys, time
+import json, sys, time
 import torch
 import modeling_elmo
 from modeling_elmo import ElmoConfig, ElmoModel
-from modeling_elmo.characters import word_to_char_ids
 spec = json.loads(sys.argv[1])
 if not modeling_elmo.__file__.startswith(sys.argv[2]):
     raise SystemExit(f"imported {modeling_elmo.__file__}, not the checkout {sys.argv[2]}")
@@ -38,17 +39,7 @@ if spec["dtype"] == "int8":
     quantize_int8(model)
 else:
     model.to(getattr(torch, spec["dtype"]))
-rng = random.Random(0)
-vocab = ["".join(rng.choices(string.ascii_lowercase, k=rng.randint(1, 12))) for _ in range(5000)]
-batches = []
-for _ in range(spec["batches"]):
-    lengths = [rng.randint(12, 37) for _ in range(spec["batch_size"])]
-    ids = torch.zeros(len(lengths), max(lengths), 50, dtype=torch.long)
-    mask = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
-    for b, n in enumerate(lengths):
-        ids[b, :n] = torch.tensor([word_to_char_ids(rng.choice(vocab)) for _ in range(n)])
-        mask[b, :n] = 1
-    batches.append((ids, mask))
+batches = torch.load(spec["batches_file"])
 words = sum(int(m.sum()) for _, m in batches)
 rates = []
 with torch.inference_mode():
@@ -80,10 +71,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(HERE))
-    from bench_inference import cpu_description
+    import torch
+    from bench_inference import cpu_description, make_batch, make_vocab
 
-    spec = {key: getattr(args, key) for key in ("dtype", "batch_size", "batches", "repeats", "warmup", "threads")}
+    spec = {key: getattr(args, key) for key in ("dtype", "repeats", "warmup", "threads")}
     spec["config"] = SIZES[args.size]
+    vocab = make_vocab()
+    work_dir = tempfile.TemporaryDirectory()
+    spec["batches_file"] = os.path.join(work_dir.name, "batches.pt")
+    torch.save([make_batch(args.batch_size, 12, 37, vocab, seed) for seed in range(args.batches)], spec["batches_file"])
     roots = [str(Path(c).resolve()) for c in args.checkouts]
     for root in roots:
         if not (Path(root) / "modeling_elmo" / "__init__.py").is_file():
