@@ -255,3 +255,16 @@ def test_benchmark_ceiling_measures_every_kind_of_product():
     for mode in ("float32", "int8"):
         assert set(rates[mode]["shapes"]) == set(bench_inference.product_shapes([1], 1))
         assert all(rate > 0 for rate in rates[mode]["shapes"].values()) and rates[mode]["combined"] > 0
+
+
+def test_bench_versions_compares_two_checkouts(capsys):
+    """``benchmarks/bench_versions.py`` on this checkout against itself (CI cannot time anything; it must run)."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_versions
+    finally:
+        sys.path.pop(0)
+    args = [str(REPO), str(REPO), "--size", "medium", "--batch-size", "2", "--batches", "1", "--rounds", "1"]
+    bench_versions.main([*args, "--repeats", "1", "--warmup", "0", "--threads", "1"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {REPO}")]
+    assert len(rows) == 2 and all(float(row.split("|")[2]) > 0 for row in rows)
