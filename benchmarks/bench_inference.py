@@ -25,8 +25,9 @@ With ``--allennlp_python REFENV/bin/python`` (the reference environment that
 format and converted, so that both load identical weights; real sentences from WikiText-2; one process per
 measurement, ours and AllenNLP's alternating; float32, bfloat16 and int8 at batch 32 and batch 1, and
 ``elmo embed`` on a corpus against AllenNLP's loop of batches of 64 in file order. It prints the CPU and its
-matrix units, the matrix-product rates measured at the model's own shapes (the ceiling), and for each row the
-median words/s, the ratio to AllenNLP and the fraction of the ceiling reached.
+matrix units, the matrix-product rates measured at the model's own shapes (the ceiling; the LSTM steps' products in
+the model's own order, see [`measure_steps`]), and for each row the median words/s, the ratio to AllenNLP and the
+fraction of the ceiling reached.
 
     python benchmarks/bench_inference.py --allennlp_python /work/refenv-allennlp/bin/python
     python benchmarks/bench_inference.py --ceiling      # the same words/s and ceiling tables, without AllenNLP
@@ -466,8 +467,10 @@ def measure_ceiling(spec: dict) -> dict:
     use: ``torch.bmm`` and oneDNN's prepacked products (``_PrepackedWeights``, float32 and bfloat16), the int8
     products (``linear_dynamic``). The plain ``bmm`` rates are kept too (``plain``), the ceiling without prepacking.
 
-    Each shape cycles through as many different weights as the model has of it (one per layer), so that the
-    weights come from memory as they do in the model, not from a cache that holds one layer's weights."""
+    The once-per-batch products cycle through as many different weights as the model has of each shape (one per
+    layer), so that the weights come from memory as they do in the model, not from a cache that holds one layer's.
+    The per-step products (recurrent and projection) run in the model's own order instead (``measure_steps``): what
+    stays in the caches from one step to the next depends on it."""
     from modeling_elmo.fast_path_elmo import _PrepackedWeights
     from modeling_elmo.utils.quantize_elmo import _linear, _pack
 
@@ -507,7 +510,13 @@ def measure_ceiling(spec: dict) -> dict:
     result = {}
     for mode in spec.get("modes", MODES):
         best, plain = {}, {}
+        for name, by_kernel in measure_steps(mode, spec["rows"]).items():
+            best[name] = [min(by_kernel.values(), key=lambda each: each[1])]
+            if "plain" in by_kernel:
+                plain[name] = [by_kernel["plain"]]
         for name, entries in product_shapes(spec["rows"], spec["distinct"]).items():
+            if name in STEP_PRODUCTS:
+                continue
             found = kernels(mode, entries)
             for shape, calls, layers in entries:
                 a = torch.randn(*shape[:3]).to(torch.float32 if mode == "int8" else getattr(torch, mode))
@@ -519,6 +528,70 @@ def measure_ceiling(spec: dict) -> dict:
         result[mode] = _rates(best)
         if plain:
             result[mode]["plain"] = _rates(plain)
+    return result
+
+
+STEP_PRODUCTS = ("LSTM recurrent", "LSTM projection")
+
+
+def measure_steps(mode: str, rows: list[int], p: int = 512, d: int = 4096, repeats: int = 3) -> dict:
+    """``{name: {kernel: (FLOP, seconds)}}`` of the per-step products of one batch (``STEP_PRODUCTS``), run in
+    the model's order, for each kernel the model can run them with: ``plain``, ``torch.bmm`` over both directions
+    (each layer's steps, the two directions in one call: the model's float32 path at batch 1), and ``prepacked``
+    (oneDNN's, float32 and bfloat16) or ``int8`` (``linear_dynamic``), one direction after the other (each
+    direction's steps in turn: the model's path elsewhere). Each call is timed; the median over ``repeats`` runs
+    of the batch's steps, after one untimed run.
+
+    The order matters: running one direction's steps in turn reuses that direction's weights at every step (20 MB
+    in bfloat16 at the original size, 10 MB in int8), which a large last-level cache keeps, while both directions
+    together (80 MB in float32) come from memory at every step."""
+    from modeling_elmo.fast_path_elmo import _PrepackedWeights
+    from modeling_elmo.utils.quantize_elmo import _linear, _pack
+
+    dtype = torch.float32 if mode == "int8" else getattr(torch, mode)
+    layers = 2
+    weights = {
+        name: [torch.randn(2, inner, outer) / inner**0.5 for _ in range(layers)]
+        for name, (inner, outer) in zip(STEP_PRODUCTS, ((p, 4 * d), (d, p)), strict=True)
+    }
+    kernels = {}
+    if mode == "int8":
+        packed = {name: [[_pack(w[g].t()) for g in range(2)] for w in each] for name, each in weights.items()}
+        kernels["int8"] = (False, lambda name, a, layer, g: _linear(a, packed[name][layer][g]))
+    else:
+        weights = {name: [w.to(dtype) for w in each] for name, each in weights.items()}
+        kernels["plain"] = (True, lambda name, a, layer, g: torch.bmm(a, weights[name][layer]))
+        if _PrepackedWeights.supported(dtype):
+            linear, reorder = torch.ops.mkldnn._linear_pointwise, torch.ops.mkldnn._reorder_linear_weight
+            packed = {
+                name: [[reorder(w[g].t().contiguous(), 32) for g in range(2)] for w in each]
+                for name, each in weights.items()
+            }
+            kernels["prepacked"] = (
+                False,
+                lambda name, a, layer, g: linear(a, packed[name][layer][g], None, "none", [], ""),
+            )
+    inputs = {n: {name: torch.randn(2, n, w[0].shape[1]).to(dtype) for name, w in weights.items()} for n in set(rows)}
+    work = {name: sum(2 * 2 * n * w[0].shape[1] * w[0].shape[2] for n in rows) * layers for name, w in weights.items()}
+
+    def run(joined: bool, call) -> dict[str, float]:
+        seconds = dict.fromkeys(STEP_PRODUCTS, 0.0)
+        for layer in range(layers):
+            for g in [None] if joined else range(2):
+                for n in rows:
+                    for name in STEP_PRODUCTS:
+                        a = inputs[n][name] if joined else inputs[n][name][g]
+                        start = time.perf_counter()
+                        call(name, a, layer, g)
+                        seconds[name] += time.perf_counter() - start
+        return seconds
+
+    result = {name: {} for name in STEP_PRODUCTS}
+    for kernel, (joined, call) in kernels.items():
+        run(joined, call)
+        runs = [run(joined, call) for _ in range(repeats)]
+        for name in STEP_PRODUCTS:
+            result[name][kernel] = (work[name], statistics.median(r[name] for r in runs))
     return result
 
 
@@ -640,9 +713,10 @@ def compare_with_allennlp(args) -> None:
             print(f"(float32, first batch: largest difference to AllenNLP's vectors {np.abs(a - b).max():.1e})")
 
     print("\nMatrix-product rates at the model's own shapes for the first batch (GFLOP/s): each LSTM step's products")
-    print("with the rows still running at that step; the combined rate is all the work over the summed time. The best")
-    print("kernel per shape (the ceiling), and plain `torch.bmm` (the ceiling without prepacked weights); the round")
-    print("with the median combined rate:")
+    print("with the rows still running at that step, run in the model's order (each layer's steps; one direction's")
+    print("steps after the other's, or both in one call for plain `bmm`); the combined rate is all the work over the")
+    print("summed time. The best kernel per shape (the ceiling), and plain `torch.bmm` (the ceiling without prepacked")
+    print("weights); the round with the median combined rate:")
     kinds = list(product_shapes([1], 1))
     print("| batch | precision | kernel | " + " | ".join(kinds) + " | combined |")
     print("|---|---|---|" + "---|" * (len(kinds) + 1))
@@ -650,7 +724,7 @@ def compare_with_allennlp(args) -> None:
         for mode, rates in by_mode.items():
             for kernel, each in (("best", rates), ("plain bmm", rates.get("plain"))):
                 if each is not None:
-                    cells = " | ".join(f"{rate:.0f}" for rate in each["shapes"].values())
+                    cells = " | ".join(f"{each['shapes'][kind]:.0f}" for kind in kinds)
                     print(f"| {batch} | {mode} | {kernel} | {cells} | {each['combined']:.0f} |")
 
     if args.corpus_sentences and theirs:

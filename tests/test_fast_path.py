@@ -3,6 +3,7 @@ character CNN, the word-vector cache, the corpus streamer, and the benchmark scr
 
 from __future__ import annotations
 
+import math
 import random
 import string
 import sys
@@ -255,6 +256,28 @@ def test_benchmark_ceiling_measures_every_kind_of_product():
     for mode in ("float32", "int8"):
         assert set(rates[mode]["shapes"]) == set(bench_inference.product_shapes([1], 1))
         assert all(rate > 0 for rate in rates[mode]["shapes"].values()) and rates[mode]["combined"] > 0
+
+
+def test_benchmark_ceiling_times_the_step_products_in_the_models_order():
+    """``measure_steps`` counts the same work as ``product_shapes`` for the per-step products, with every kernel."""
+    from modeling_elmo.fast_path_elmo import _PrepackedWeights
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_inference
+    finally:
+        sys.path.pop(0)
+    rows = [3, 3, 1]
+    shapes = bench_inference.product_shapes(rows, 1)
+    for mode, kernels in (("float32", {"plain", "prepacked"}), ("int8", {"int8"})):
+        measured = bench_inference.measure_steps(mode, rows, repeats=1)
+        assert set(measured) == set(bench_inference.STEP_PRODUCTS)
+        for name, by_kernel in measured.items():
+            expected = sum(2 * math.prod(shape) * calls for shape, calls, _ in shapes[name])
+            if not _PrepackedWeights.supported(torch.float32):
+                kernels.discard("prepacked")
+            assert set(by_kernel) == kernels
+            assert all(work == expected and seconds > 0 for work, seconds in by_kernel.values())
 
 
 def test_bench_versions_compares_two_checkouts(capsys):
