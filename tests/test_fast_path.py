@@ -237,10 +237,15 @@ def test_cuda_matches_cpu():
     model = make_model("wide-filters")
     sentences = [["a", "cuda", "test"], ["shorter"], ["the", "longest", "one", "of", "them", "all"]]
     enc = TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        cpu = model(**enc, output_hidden_states=True).hidden_states
-        torch.backends.cuda.matmul.allow_tf32 = False
-        gpu = model.to("cuda")(**{k: v.cuda() for k, v in enc.items()}, output_hidden_states=True).hidden_states
+    # TF32 products (and cuDNN's convolutions) round to 10 bits of mantissa: off for this comparison, then restored.
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        with torch.no_grad():
+            cpu = model(**enc, output_hidden_states=True).hidden_states
+            gpu = model.to("cuda")(**{k: v.cuda() for k, v in enc.items()}, output_hidden_states=True).hidden_states
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
     for x, y in zip(cpu, gpu, strict=True):
         assert (x - y.cpu()).abs().max() <= 1e-5
 

@@ -4,6 +4,7 @@ its documented error bound (the TF fixture and the tiny model, against float32),
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -201,3 +202,15 @@ def test_embed_refuses_two_precision_flags(tiny_dir, tmp_path, capsys, flags):
     err = capsys.readouterr().err
     assert f"error: --precision {flags[1]} and {flags[2]} {flags[3]} both set the precision" in err
     assert not out.exists()
+
+
+def test_precision_int8_off_the_cpu_is_refused_by_its_own_name():
+    """``--precision int8`` with a GPU device: the error names ``--precision`` (the flag given), not ``--quantize``.
+    Called directly: without a GPU, ``--device cuda`` stops earlier, at ``resolve_device``."""
+    args = argparse.Namespace(precision="int8", dtype=None, quantize=None)
+    with pytest.raises(cli.CliError, match=r"^--precision int8 runs on CPU only, not on cuda") as caught:
+        cli.resolve_precision(args, torch.device("cuda"))
+    assert "--quantize" not in str(caught.value)
+    cpu = argparse.Namespace(precision="int8", dtype=None, quantize=None)
+    cli.resolve_precision(cpu, torch.device("cpu"))
+    assert (cpu.dtype, cpu.quantize) == ("float32", "int8")
