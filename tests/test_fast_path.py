@@ -285,6 +285,26 @@ def test_benchmark_ceiling_times_the_step_products_in_the_models_order():
             assert all(work == expected and seconds > 0 for work, seconds in by_kernel.values())
 
 
+def test_benchmark_profile_sorts_all_the_time_into_its_groups():
+    """``bench_profile.breakdown`` on a small model: every group present, shares summing to 1, the products and the
+    character CNN found by their op names."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_profile
+    finally:
+        sys.path.pop(0)
+    model = make_model("wide-filters")
+    sentences = [["a", "profiled", "batch"], ["of", "two", "sentences", "here"]]
+    inputs = [TOKENIZER(sentences, is_split_into_words=True, padding=True, return_tensors="pt")]
+    found = bench_profile.breakdown(model, inputs, repeats=1, top=3)
+    shares = found["shares"]
+    assert set(shares) == {*bench_profile.GROUPS, "other ops"}
+    assert abs(sum(shares.values()) - 1) < 1e-9 and all(share >= 0 for share in shares.values())
+    assert shares["products"] > 0 and shares["character CNN"] > 0 and found["seconds"] > 0
+    assert found["ops_over_wall"] > 0
+    assert len(found["top"]) == 3
+
+
 def test_bench_versions_compares_two_checkouts(capsys):
     """``benchmarks/bench_versions.py`` on this checkout against itself (CI cannot time anything; it must run)."""
     sys.path.insert(0, str(REPO / "benchmarks"))
