@@ -112,12 +112,30 @@ class ElmoCharacterEncoder(nn.Module):
         word_ids = None
         if self.word_input is not None:
             char_ids, word_ids = char_ids[:, :-1], char_ids[:, -1]
+        x = self.filters(char_ids, char_ids.ne(self.padding_id).sum(dim=-1))  # (N, n_filters)
+        for highway in self.highways:
+            x = highway(x)
+        x = self.projection(x)
+        if word_ids is not None:
+            x = x + self.word_input(word_ids)
+        return x.reshape(*batch_shape, -1)
+
+    def filters(self, char_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The convolutions, each maxed over positions, then the activation: ``char_ids (N, C)`` of words of
+        ``lengths (N,)`` characters and marks -> ``(N, n_filters)``.
+
+        Words are far shorter than C: positions past the longest word hold only the padding mark, and every window
+        made only of padding has the same value. The convolutions run up to the longest word, and that one value
+        stands in for the windows past it (the result is the same). Where the lengths differ enough (see
+        [`_length_split`]), the short and the long words are convolved apart, each group up to its own longest.
+        """
+        split = _length_split(lengths)
+        if split is not None:
+            order = lengths.argsort()
+            parts = [self.filters(char_ids[group], lengths[group]) for group in (order[:split], order[split:])]
+            return torch.cat(parts)[order.argsort()]
         chars = char_ids.shape[-1]
-        padding_id = self.padding_id
-        # Words are far shorter than C: positions past the longest word hold only the padding mark,
-        # and every window made only of padding has the same value. Convolve up to the longest word
-        # and let that one value stand in for the windows past it (the result is the same).
-        span = int(char_ids.ne(padding_id).sum(dim=-1).max()) if char_ids.numel() else chars
+        span = int(lengths.max()) if char_ids.numel() else chars
         widest = max(conv.kernel_size[0] for conv in self.convolutions)
         embedded = self.char_embedding(char_ids[:, : min(chars, span + widest - 1)]).transpose(1, 2)  # (N, dim, C')
         features = []
@@ -126,17 +144,28 @@ class ElmoCharacterEncoder(nn.Module):
             keep = min(chars, span + width - 1)
             feature = conv(embedded[:, :, :keep]).amax(dim=-1)  # (N, count)
             if keep < chars:
-                padding_only = self.char_embedding.weight[padding_id].unsqueeze(-1).expand(-1, width)
+                padding_only = self.char_embedding.weight[self.padding_id].unsqueeze(-1).expand(-1, width)
                 feature = torch.maximum(feature, conv(padding_only.unsqueeze(0))[0, :, 0])
             # Max over positions first: relu and tanh are monotonic, so this equals the original's order.
             features.append(self.activation(feature))
-        x = torch.cat(features, dim=-1)  # (N, n_filters)
-        for highway in self.highways:
-            x = highway(x)
-        x = self.projection(x)
-        if word_ids is not None:
-            x = x + self.word_input(word_ids)
-        return x.reshape(*batch_shape, -1)
+        return torch.cat(features, dim=-1)
+
+
+def _length_split(lengths: torch.Tensor, min_words: int = 64, min_saving: float = 0.25) -> int | None:
+    """Where to cut the words, sorted by ``lengths (N,)`` (characters and marks), into a short and a long group
+    that the character CNN convolves apart, or ``None`` where one call serves better. The convolutions' work grows
+    with each group's words times its longest word: split where that saves at least ``min_saving`` of it, for at
+    least ``min_words`` words (fewer cost more in calls than they save)."""
+    n = lengths.numel()
+    if n < min_words:
+        return None
+    ranked = lengths.sort().values
+    k = torch.arange(1, n, device=lengths.device)
+    cost = k * ranked[:-1] + (n - k) * ranked[-1]  # the first k words up to their longest, the rest up to the last
+    best = int(cost.argmin())
+    if cost[best] > (1 - min_saving) * n * ranked[-1]:
+        return None
+    return best + 1
 
 
 # ---------------------------------------------------------------------------------------------
