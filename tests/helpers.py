@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 # The tiny biLM most tests use: the original's structure (filters, highway, 2 residual layers) at toy sizes.
@@ -28,6 +32,36 @@ TINY = dict(TINY_SIZES, cell_clip=3.0, proj_clip=3.0, initializer_range=0.3)
 # 1e-5 is the batch-invariance bound the docs state. A real bug (a wrong mask, a state leaking between rows, a
 # dropped clip) moves outputs by 1e-3 or more.
 BATCHING_ATOL = 1e-5
+
+
+def run_two_processes(args: list[str], cwd: str | os.PathLike, env: dict | None = None, timeout: float = 240):
+    """``torch.distributed.run --standalone --nproc_per_node 2 *args``: the finished process, or a test failure
+    that shows the output so far when it runs past ``timeout`` seconds.
+
+    Gloo is bound to the loopback interface (``GLOO_SOCKET_IFNAME=lo``): by default it listens on the address the
+    host name resolves to, which on some machines is not reachable from the host itself, and a rank then waits for
+    its peer until the collective's timeout. On timeout the launcher is asked to stop (SIGTERM), which stops its
+    ranks: ``subprocess.run`` would kill the launcher only, and leave the ranks running and holding its output."""
+    env = {**(os.environ if env is None else env), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env["GLOO_SOCKET_IFNAME"] = "lo"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
+    process = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.send_signal(signal.SIGTERM)  # the launcher stops its ranks (each in a session of its own) first
+        try:
+            stdout, stderr = process.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+        raise AssertionError(
+            f"2 processes ran past {timeout} s: {' '.join(args[:3])} ...\nstdout:\n{stdout[-2000:]}\n"
+            f"stderr:\n{stderr[-4000:]}"
+        ) from None
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def copy_of(saved: Path, tmp_path: Path, name: str = "copy") -> Path:

@@ -10,13 +10,11 @@ import math
 import os
 import random
 import shutil
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import BATCHING_ATOL
+from helpers import BATCHING_ATOL, run_two_processes
 from huggingface_hub import ModelCard
 
 from modeling_elmo import ElmoConfig, ElmoForPreTraining, ElmoModel, ElmoTokenizer
@@ -30,6 +28,8 @@ TINY_FLAGS = [
     "--lstm_dim", "16", "--projection_dim", "8", "--n_layers", "1", "--n_highway", "1",
     "--char_embedding_dim", "4", "--char_cnn_filters", "1:4,2:4",
 ]  # fmt: skip
+# Two gloo processes; a rank left waiting in a collective fails within 2 minutes (the default waits 30).
+DDP_FLAGS = ["--ddp_backend", "gloo", "--ddp_timeout", "120"]
 
 SUBJECTS = ["the cat", "a dog", "my friend", "the old man", "her sister"]
 VERBS = ["sees", "likes", "finds", "eats", "hears"]
@@ -354,19 +354,9 @@ def _one_process_and_two(common: list[str], tmp_path) -> tuple[str, str]:
     single = str(tmp_path / "single")
     _run_main([*common, "--output_dir", single, "--per_device_train_batch_size", "4"])
     double = str(tmp_path / "ddp")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    command += [
-        "-m",
-        "modeling_elmo.training.train_lm",
-        *common,
-        "--output_dir",
-        double,
-        "--per_device_train_batch_size",
-        "2",
-    ]
-    command += ["--ddp_backend", "gloo"]
-    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
+    command = ["-m", "modeling_elmo.training.train_lm", *common, "--output_dir", double]
+    command += ["--per_device_train_batch_size", "2", *DDP_FLAGS]
+    done = run_two_processes(command, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     # The command's own messages come from the main process only (issue 16: they once repeated per process).
     assert done.stderr.count("modeling_elmo.training.train_lm: vocabulary:") == 1, done.stderr[-3000:]
@@ -565,12 +555,9 @@ def test_two_process_fine_tuning_of_a_saved_lm_folder(corpus, tmp_path):
     start = str(tmp_path / "start")
     _run_main([*common, *TINY_FLAGS, "--output_dir", start, "--max_steps", "2"])
     tuned = str(tmp_path / "tuned")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    command += ["-m", "modeling_elmo.training.train_lm", *common, "--model_name_or_path", start]
-    command += ["--output_dir", tuned, "--max_steps", "2", "--per_device_train_batch_size", "2"]
-    command += ["--ddp_backend", "gloo"]
-    done = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240)
+    command = ["-m", "modeling_elmo.training.train_lm", *common, "--model_name_or_path", start]
+    command += ["--output_dir", tuned, "--max_steps", "2", "--per_device_train_batch_size", "2", *DDP_FLAGS]
+    done = run_two_processes(command, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     before, after = ElmoForPreTraining.from_pretrained(start), ElmoForPreTraining.from_pretrained(tuned)
     assert not torch.equal(before.elmo.bilm.layers[0].input_kernel, after.elmo.bilm.layers[0].input_kernel)

@@ -493,8 +493,8 @@ if torch.distributed.is_initialized():
 def test_two_process_fine_tuning_of_a_saved_tagger_with_an_unfrozen_bilm(tmp_path):
     """2 gloo processes, DDP without find_unused_parameters: the unfrozen biLM's weights change."""
     import os
-    import subprocess
-    import sys
+
+    from helpers import run_two_processes
 
     model, tokenizer = make_model()
     model.save_pretrained(tmp_path / "tagger")
@@ -502,11 +502,8 @@ def test_two_process_fine_tuning_of_a_saved_tagger_with_an_unfrozen_bilm(tmp_pat
     script = tmp_path / "fine_tune.py"
     script.write_text(_FINE_TUNE_SCRIPT, encoding="utf-8")
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    env["PYTHONPATH"] = os.pathsep.join([repo, env.get("PYTHONPATH", "")])
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    command += [str(script), str(tmp_path / "tagger"), str(tmp_path / "tuned")]
-    done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True, timeout=240)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    done = run_two_processes([str(script), str(tmp_path / "tagger"), str(tmp_path / "tuned")], cwd=repo, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     before = bilm_state(model)
     after = bilm_state(ElmoForTokenClassification.from_pretrained(tmp_path / "tuned"))
