@@ -245,8 +245,11 @@ def resolve_precision(args: argparse.Namespace, device, say: bool = True) -> Non
         if say:
             print(f"precision auto: {choice.name}; {choice.reason}", file=sys.stderr)
         precision = choice.name
-    elif precision == "int8" and str(device).split(":")[0] != "cpu":
-        raise CliError(f"--precision int8 runs on CPU only, not on {device}: add --device cpu, or leave it out")
+    elif precision == "int8":
+        import torch
+
+        if torch.device(device).type != "cpu":
+            raise CliError(f"--precision int8 runs on CPU only, not on {device}: add --device cpu, or leave it out")
     args.dtype, args.quantize = ("float32", "int8") if precision == "int8" else (precision, None)
     args.precision = None  # resolved: a second call keeps the choice
 

@@ -461,6 +461,17 @@ def product_shapes(rows: list[int], distinct: int, p: int = 512, d: int = 4096, 
     }
 
 
+def _packed(kernel: str, weights: list[torch.Tensor], rows: int = 32) -> list[list]:
+    """Per weight ``(G, in, out)`` of ``weights``, each group's ``(in, out)`` packed for ``kernel``: ``int8``
+    (``linear_dynamic``'s packed int8) or ``prepacked`` (oneDNN's layout, for products of about ``rows`` rows)."""
+    from modeling_elmo.utils.quantize_elmo import _pack
+
+    if kernel == "int8":
+        return [[_pack(w[g].t()) for g in range(w.shape[0])] for w in weights]
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+    return [[reorder(w[g].t().contiguous(), rows) for g in range(w.shape[0])] for w in weights]
+
+
 def measure_ceiling(spec: dict) -> dict:
     """GFLOP/s of the matrix products at the model's own shapes (``product_shapes``): per kind of product, and
     combined (all the products' work over their summed time). Per shape, the best of the kernels the package can
@@ -472,7 +483,7 @@ def measure_ceiling(spec: dict) -> dict:
     The per-step products (recurrent and projection) run in the model's own order instead (``measure_steps``): what
     stays in the caches from one step to the next depends on it."""
     from modeling_elmo.fast_path_elmo import _PrepackedWeights
-    from modeling_elmo.utils.quantize_elmo import _linear, _pack
+    from modeling_elmo.utils.quantize_elmo import _linear
 
     def median_seconds(run, layers: int) -> float:
         run()
@@ -488,17 +499,14 @@ def measure_ceiling(spec: dict) -> dict:
         (groups, rows, inner, outer), _, layers = entries[0]
         weights = [torch.randn(groups, inner, outer) / inner**0.5 for _ in range(layers)]
         if mode == "int8":
-            packed = [[_pack(w[g].t()) for g in range(groups)] for w in weights]
+            packed = _packed("int8", weights)
             return [("best", lambda a: [_linear(a[g], each[g]) for each in packed for g in range(groups)])]
         dtype = getattr(torch, mode)
         weights = [w.to(dtype) for w in weights]
         found = [("plain", lambda a: [torch.bmm(a, w) for w in weights])]
         if _PrepackedWeights.supported(dtype):
-            linear, most = torch.ops.mkldnn._linear_pointwise, max(shape[1] for shape, _, _ in entries)
-            packed = [
-                [torch.ops.mkldnn._reorder_linear_weight(w[g].t().contiguous(), most) for g in range(groups)]
-                for w in weights
-            ]
+            linear = torch.ops.mkldnn._linear_pointwise
+            packed = _packed("prepacked", weights, max(shape[1] for shape, _, _ in entries))
             found.append(
                 (
                     "prepacked",
@@ -546,7 +554,7 @@ def measure_steps(mode: str, rows: list[int], p: int = 512, d: int = 4096, repea
     in bfloat16 at the original size, 10 MB in int8), which a large last-level cache keeps, while both directions
     together (80 MB in float32) come from memory at every step."""
     from modeling_elmo.fast_path_elmo import _PrepackedWeights
-    from modeling_elmo.utils.quantize_elmo import _linear, _pack
+    from modeling_elmo.utils.quantize_elmo import _linear
 
     dtype = torch.float32 if mode == "int8" else getattr(torch, mode)
     layers = 2
@@ -556,17 +564,14 @@ def measure_steps(mode: str, rows: list[int], p: int = 512, d: int = 4096, repea
     }
     kernels = {}
     if mode == "int8":
-        packed = {name: [[_pack(w[g].t()) for g in range(2)] for w in each] for name, each in weights.items()}
+        packed = {name: _packed("int8", each) for name, each in weights.items()}
         kernels["int8"] = (False, lambda name, a, layer, g: _linear(a, packed[name][layer][g]))
     else:
         weights = {name: [w.to(dtype) for w in each] for name, each in weights.items()}
         kernels["plain"] = (True, lambda name, a, layer, g: torch.bmm(a, weights[name][layer]))
         if _PrepackedWeights.supported(dtype):
-            linear, reorder = torch.ops.mkldnn._linear_pointwise, torch.ops.mkldnn._reorder_linear_weight
-            packed = {
-                name: [[reorder(w[g].t().contiguous(), 32) for g in range(2)] for w in each]
-                for name, each in weights.items()
-            }
+            linear = torch.ops.mkldnn._linear_pointwise
+            packed = {name: _packed("prepacked", each) for name, each in weights.items()}
             kernels["prepacked"] = (
                 False,
                 lambda name, a, layer, g: linear(a, packed[name][layer][g], None, "none", [], ""),

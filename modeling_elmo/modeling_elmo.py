@@ -129,9 +129,9 @@ class ElmoCharacterEncoder(nn.Module):
         stands in for the windows past it (the result is the same). Where the lengths differ enough (see
         [`_length_split`]), the short and the long words are convolved apart, each group up to its own longest.
         """
-        split = _length_split(lengths)
+        ranked, order = lengths.sort()
+        split = _length_split(ranked)
         if split is not None:
-            order = lengths.argsort()
             parts = [self.filters(char_ids[group], lengths[group]) for group in (order[:split], order[split:])]
             return torch.cat(parts)[order.argsort()]
         chars = char_ids.shape[-1]
@@ -151,16 +151,15 @@ class ElmoCharacterEncoder(nn.Module):
         return torch.cat(features, dim=-1)
 
 
-def _length_split(lengths: torch.Tensor, min_words: int = 64, min_saving: float = 0.25) -> int | None:
-    """Where to cut the words, sorted by ``lengths (N,)`` (characters and marks), into a short and a long group
-    that the character CNN convolves apart, or ``None`` where one call serves better. The convolutions' work grows
-    with each group's words times its longest word: split where that saves at least ``min_saving`` of it, for at
-    least ``min_words`` words (fewer cost more in calls than they save)."""
-    n = lengths.numel()
+def _length_split(ranked: torch.Tensor, min_words: int = 64, min_saving: float = 0.25) -> int | None:
+    """Where to cut the words, whose lengths (characters and marks) ``ranked (N,)`` holds in ascending order, into
+    a short and a long group that the character CNN convolves apart, or ``None`` where one call serves better. The
+    convolutions' work grows with each group's words times its longest word: split where that saves at least
+    ``min_saving`` of it, for at least ``min_words`` words (fewer cost more in calls than they save)."""
+    n = ranked.numel()
     if n < min_words:
         return None
-    ranked = lengths.sort().values
-    k = torch.arange(1, n, device=lengths.device)
+    k = torch.arange(1, n, device=ranked.device)
     cost = k * ranked[:-1] + (n - k) * ranked[-1]  # the first k words up to their longest, the rest up to the last
     best = int(cost.argmin())
     if cost[best] > (1 - min_saving) * n * ranked[-1]:
