@@ -295,6 +295,16 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
             output = output + inputs
         return output, h, c
 
+    def cell(self, gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The element-wise part of a step: ``gates (G, n, 4D)`` (``i, j, f, o``, their bias and forget bias
+        included) and ``c (G, n, D)`` -> the new clipped ``c`` and ``sigmoid(o) * tanh(c)`` (``(G, n, D)`` each),
+        the vector the projection takes."""
+        i, j, f, o = gates.chunk(4, dim=-1)
+        c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), cpu_tanh(j))
+        if self.cell_clip is not None:
+            c = c.clamp(-self.cell_clip, self.cell_clip)
+        return c, torch.sigmoid(o) * cpu_tanh(c)
+
     def recurrence(
         self,
         products,
@@ -324,11 +334,8 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
                 input_gates = products.input_gates(inputs[:, block_start:block_end], bias, directions)
             start = offset - block_start
             gates = products.add_state_gates(input_gates[:, start : start + n], h, directions)  # (G, n, 4D)
-            i, j, f, o = gates.chunk(4, dim=-1)
-            c = torch.addcmul(torch.sigmoid(f) * c, torch.sigmoid(i), cpu_tanh(j))
-            if self.cell_clip is not None:
-                c = c.clamp(-self.cell_clip, self.cell_clip)
-            h = products.project(torch.sigmoid(o) * cpu_tanh(c), directions)
+            c, memory = self.cell(gates, c)
+            h = products.project(memory, directions)
             if self.proj_clip is not None:
                 h = h.clamp(-self.proj_clip, self.proj_clip)
             outputs.append(h)
