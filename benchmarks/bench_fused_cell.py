@@ -1,17 +1,24 @@
-"""Would a hand-written fused LSTM cell pay for itself? The model's words/s as it is, and with the element-wise part of
-each step (``ElmoBiLstmLayer.cell``: three sigmoids, two tanh, the clip, about ten torch calls) done in one C++ pass.
+"""Would hand-written C++ pay for itself in the biLSTM? The model's words/s as it is, with a fused cell, and with a C++
+step loop, on the CPU at hand.
+
+- **fused cell**: the element-wise part of each step (``ElmoBiLstmLayer.cell``: three sigmoids, two tanh, the clip,
+  about ten torch calls) in one C++ pass;
+- **C++ step loop**: all the steps of a layer (``ElmoBiLstmLayer.recurrence``) in one C++ call: the same products as
+  the model picks (torch's batched ones, oneDNN's prepacked ones or int8 ones, called through torch's dispatcher),
+  the fused cell, and no Python between the steps.
 
 The package ships no C++: every kernel it runs is torch's or oneDNN's, so that it installs and runs without a
 compiler (issue 30 allows hand-written C++ only where it is measured to be needed). This script is that measurement.
-It builds the fused cell below with ``torch.utils.cpp_extension.load_inline`` (a C++ compiler, ninja and Python's
-headers; the build goes to ``--build_dir``), swaps it in for ``ElmoBiLstmLayer.cell``, and times both, alternating,
-every other round in reverse order.
+It builds both with ``torch.utils.cpp_extension.load_inline`` (a C++ compiler, ninja and Python's headers; the build
+goes to ``--build_dir``), swaps them in for the model's methods, and times the three variants in turn, every other
+round in reverse order.
 
-The kernel: per row and 512 columns at a time, it reads the four gates (float32 or bfloat16) into float32, computes
-``c = clip(sigmoid(f) c + sigmoid(i) tanh(j))`` and ``sigmoid(o) tanh(c)`` in float32 (``tanh(x) = 2 sigmoid(2x) - 1``,
-vectorised by the compiler, ``-O3 -march=native -ffast-math``) and writes the second in the gates' dtype; rows and
-column blocks are spread over torch's threads. It matches the torch cell to ~1e-6 in float32; in bfloat16 it keeps
-the gates' activations in float32 where torch rounds them to bfloat16, so it differs by bfloat16's rounding.
+The cell kernel: per row and 512 columns at a time, it reads the four gates (float32 or bfloat16) into float32,
+computes ``c = clip(sigmoid(f) c + sigmoid(i) tanh(j))`` and ``sigmoid(o) tanh(c)`` in float32 (``tanh(x) =
+2 sigmoid(2x) - 1``, vectorised by the compiler, ``-O3 -march=native -ffast-math``) and writes the second in the
+gates' dtype; rows and column blocks are spread over torch's threads. It matches the torch cell to ~1e-6 in float32;
+in bfloat16 it keeps the gates' activations in float32 where torch rounds them to bfloat16, so it differs by
+bfloat16's rounding.
 
     python benchmarks/bench_fused_cell.py                       # original size, random weights, all modes
     python benchmarks/bench_fused_cell.py --modes bfloat16 --batch-sizes 1 --rounds 7
@@ -40,6 +47,8 @@ from modeling_elmo.utils.quantize_elmo import quantize_int8  # noqa: E402
 CELL_SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/csrc/jit/api/object.h>
 #include <cstring>
 
 static inline float from_bf16(uint16_t b) { uint32_t u = uint32_t(b) << 16; float f; std::memcpy(&f, &u, 4); return f; }
@@ -94,12 +103,85 @@ std::vector<torch::Tensor> fused_cell(torch::Tensor gates, torch::Tensor c, doub
   }
   return {c_out, memory};
 }
+
+static at::Tensor call(const c10::OperatorHandle& op, torch::jit::Stack stack) {
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+// All the steps of G directions (G = 1 except for kind 0), as ElmoBiLstmLayer.recurrence: input_gates (G, N, 4D),
+// h (G, B, P), c (G, B, D) float32 -> outputs (G, N, P), final h, final c. The products, by kind: 0 torch's
+// batched ones (state (G, P, 4D), projection (G, D, P)); 1 oneDNN's prepacked ones (packed weight tensors; steps of
+// fewer than min_rows rows take the plain ones); 2 int8 ones (linear_dynamic's packed weights).
+std::vector<torch::Tensor> step_loop(torch::Tensor input_gates, torch::Tensor h, torch::Tensor c,
+                                     std::vector<int64_t> batch_sizes, int64_t kind, torch::Tensor state,
+                                     torch::Tensor projection, py::object state_packed, py::object projection_packed,
+                                     int64_t min_rows, bool reduce_range, double cell_clip, double proj_clip) {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  static auto linear = dispatcher.findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  static auto linear_add = dispatcher.findSchemaOrThrow("mkldnn::_linear_pointwise", "binary");
+  static auto dynamic = dispatcher.findSchemaOrThrow("quantized::linear_dynamic", "");
+  TORCH_CHECK(kind == 0 || h.size(0) == 1, "kinds 1 and 2 run one direction");
+  c10::IValue state_weight, projection_weight;
+  if (kind == 1) {
+    state_weight = py::cast<torch::Tensor>(state_packed);
+    projection_weight = py::cast<torch::Tensor>(projection_packed);
+  } else if (kind == 2) {
+    state_weight = c10::IValue(py::cast<torch::jit::Object>(state_packed)._ivalue());
+    projection_weight = c10::IValue(py::cast<torch::jit::Object>(projection_packed)._ivalue());
+  }
+  c10::impl::GenericList no_scalars(c10::OptionalType::create(c10::NumberType::get()));
+  const int64_t groups = h.size(0), d = c.size(2);
+  auto outputs = torch::empty({groups, input_gates.size(1), h.size(2)}, h.options());
+  auto h_final = torch::empty_like(h), c_final = torch::empty_like(c);
+  int64_t offset = 0, running = h.size(1);
+  for (int64_t n : batch_sizes) {
+    if (n < running) {  // rows n.. ended at the previous step
+      h_final.narrow(1, n, running - n).copy_(h.narrow(1, n, running - n));
+      c_final.narrow(1, n, running - n).copy_(c.narrow(1, n, running - n));
+      h = h.narrow(1, 0, n);
+      c = c.narrow(1, 0, n);
+      running = n;
+    }
+    auto step_gates = input_gates.narrow(1, offset, n);
+    const bool packed = kind == 2 || (kind == 1 && n >= min_rows);
+    torch::Tensor gates;
+    if (kind == 2) {
+      gates = call(dynamic, {h[0].contiguous(), state_weight, reduce_range}).add_(step_gates[0]).unsqueeze(0);
+    } else if (packed) {
+      gates = call(linear_add, {h[0].contiguous(), step_gates[0].contiguous(), state_weight, c10::IValue(),
+                                std::string("add")}).unsqueeze(0);
+    } else {
+      gates = torch::baddbmm(step_gates, h, state);
+    }
+    auto cell_out = fused_cell(gates.reshape({groups * n, 4 * d}).contiguous(), c.reshape({groups * n, d}).contiguous(),
+                               cell_clip);
+    auto memory = cell_out[1].view({groups, n, d});
+    torch::Tensor h_new;
+    if (kind == 2) {
+      h_new = call(dynamic, {memory[0], projection_weight, reduce_range}).unsqueeze(0);
+    } else if (packed) {
+      h_new = call(linear, {memory[0], projection_weight, c10::IValue(), std::string("none"), no_scalars,
+                            std::string("")}).unsqueeze(0);
+    } else {
+      h_new = torch::bmm(memory, projection);
+    }
+    h_new.clamp_(-proj_clip, proj_clip);
+    outputs.narrow(1, offset, n).copy_(h_new);
+    h = h_new;
+    c = cell_out[0].view({groups, n, d});
+    offset += n;
+  }
+  h_final.narrow(1, 0, running).copy_(h);
+  c_final.narrow(1, 0, running).copy_(c);
+  return {outputs, h_final, c_final};
+}
 """
 
 
 def build(build_dir: str):
-    """The compiled fused cell (``.fused_cell(gates, c, clip)``), built in ``build_dir``; a clear error where no
-    C++ toolchain is found."""
+    """The compiled kernels (``.fused_cell``, ``.step_loop``), built in ``build_dir``; a clear error where no C++
+    toolchain is found."""
     from torch.utils.cpp_extension import load_inline
 
     os.makedirs(build_dir, exist_ok=True)
@@ -107,14 +189,14 @@ def build(build_dir: str):
         return load_inline(
             "elmo_bench_fused_cell",
             cpp_sources=CELL_SOURCE,
-            functions=["fused_cell"],
+            functions=["fused_cell", "step_loop"],
             extra_cflags=["-O3", "-march=native", "-ffast-math", "-fopenmp"],
             extra_ldflags=["-fopenmp"],  # torch's own OpenMP runtime (same soname) serves at::parallel_for
             build_directory=build_dir,
         )
     except (RuntimeError, OSError, FileNotFoundError) as error:
         needs = "a C++ compiler, ninja and Python's headers"
-        raise SystemExit(f"could not build the fused cell (it needs {needs}): {error}") from error
+        raise SystemExit(f"could not build the C++ kernels (they need {needs}): {error}") from error
 
 
 @contextlib.contextmanager
@@ -136,9 +218,45 @@ def fused_cell_in_place(kernel):
         ElmoBiLstmLayer.cell = own
 
 
+@contextlib.contextmanager
+def step_loop_in_place(kernel):
+    """Every ``ElmoBiLstmLayer`` runs its steps (``recurrence``) in ``kernel.step_loop`` inside the block: the
+    products of the same kind as the model picks (``products``: the layer's own, the CPU fast path's, or int8), the
+    fused cell, and no Python between the steps. The input product of all steps stays in Python, as in the model."""
+    from modeling_elmo.fast_path_elmo import PrepackedProducts
+    from modeling_elmo.utils.quantize_elmo import Int8BiLstmLayer, needs_reduced_range
+
+    def recurrence(layer, products, inputs, h, c, bias, batch_sizes, directions):
+        input_gates = products.input_gates(inputs, bias, directions)
+        if isinstance(layer, Int8BiLstmLayer):
+            empty = torch.empty(0)
+            weights = (2, empty, empty, layer._state[directions][0], layer._projection[directions][0], 0)
+            weights += (needs_reduced_range(),)
+        else:
+            plain = layer.state_kernel[directions], layer.projection[directions]
+            if isinstance(products, PrepackedProducts):
+                packed = [products.packed[weight][directions][0] for weight in (1, 2)]
+                weights = (1, *plain, *packed, products.min_rows, False)
+            else:
+                weights = (0, *plain, None, None, 0, False)
+        clips = [math.inf if clip is None else clip for clip in (layer.cell_clip, layer.proj_clip)]
+        return kernel.step_loop(input_gates, h, c.contiguous(), list(batch_sizes), *weights, *clips)
+
+    own = ElmoBiLstmLayer.recurrence
+    ElmoBiLstmLayer.recurrence = recurrence
+    try:
+        yield
+    finally:
+        ElmoBiLstmLayer.recurrence = own
+
+
+VARIANTS = {"torch": contextlib.nullcontext, "fused cell": fused_cell_in_place, "C++ step loop": step_loop_in_place}
+
+
 def compare(model, batches: list[tuple[torch.Tensor, torch.Tensor]], kernel, rounds: int) -> dict:
-    """``{"torch": seconds, "fused": seconds, "difference": max |top layer difference|}`` for one pass over
-    ``batches``: medians over ``rounds`` alternating passes, after one of each."""
+    """Per variant of ``VARIANTS``, ``(seconds, difference)``: the median time of one pass over ``batches`` (after
+    one untimed pass, ``rounds`` passes of every variant in turn, every other round in reverse order) and the
+    largest difference of its top layer from torch's."""
 
     def one_pass():
         with torch.inference_mode():
@@ -146,18 +264,25 @@ def compare(model, batches: list[tuple[torch.Tensor, torch.Tensor]], kernel, rou
                 model(input_ids=i, attention_mask=m, output_hidden_states=True).hidden_states[-1] for i, m in batches
             ]
 
-    plain = one_pass()
-    with fused_cell_in_place(kernel):
-        fused = one_pass()
-    difference = max(float((a.float() - b.float()).abs().max()) for a, b in zip(plain, fused, strict=True))
-    seconds = {"torch": [], "fused": []}
+    outputs = {}
+    for name, in_place in VARIANTS.items():
+        with in_place(kernel) if in_place is not contextlib.nullcontext else in_place():
+            outputs[name] = one_pass()
+    seconds = {name: [] for name in VARIANTS}
     for turn in range(rounds):
-        for name in ("torch", "fused") if turn % 2 == 0 else ("fused", "torch"):
-            with fused_cell_in_place(kernel) if name == "fused" else contextlib.nullcontext():
+        for name in list(VARIANTS) if turn % 2 == 0 else list(VARIANTS)[::-1]:
+            in_place = VARIANTS[name]
+            with in_place(kernel) if in_place is not contextlib.nullcontext else in_place():
                 start = time.perf_counter()
                 one_pass()
                 seconds[name].append(time.perf_counter() - start)
-    return {name: statistics.median(each) for name, each in seconds.items()} | {"difference": difference}
+    return {
+        name: (
+            statistics.median(seconds[name]),
+            max(float((a.float() - b.float()).abs().max()) for a, b in zip(outputs["torch"], each, strict=True)),
+        )
+        for name, each in outputs.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -175,8 +300,9 @@ def main(argv: list[str] | None = None) -> None:
     vocab = make_vocab()
     print(f"# CPU: {cpu_description()}")
     print(f"# torch {torch.__version__}, {args.threads} threads, {size} size, random weights, {rounds} rounds")
-    print("| mode | batch | words/s, torch's cell | words/s, fused cell | ratio | max difference, top layer |")
-    print("|---|---|---|---|---|---|")
+    print("words/s, the ratio to torch's, and the top layer's largest difference from torch's:")
+    print("| mode | batch | torch | fused cell | C++ step loop |")
+    print("|---|---|---|---|---|")
     for mode in args.modes:
         model = build_model(size, "cpu")
         if mode == "bfloat16":
@@ -184,16 +310,17 @@ def main(argv: list[str] | None = None) -> None:
         elif mode == "int8":
             quantize_int8(model)
         for batch in args.batch_sizes:
-            # 256 sentences of 12-37 words in batches of ``batch``; 8 of them one at a time at batch 1.
+            # 64 sentences of 12-37 words in batches of ``batch``; at batch 1, 8 sentences one at a time.
             count = 8 if batch == 1 else max(batch, 64)
             batches = [make_batch(batch, 12, 37, vocab, seed) for seed in range(count // batch)]
             words = sum(int(mask.sum()) for _, mask in batches)
             found = compare(model, batches, kernel, rounds)
-            print(
-                f"| {mode} | {batch} | {words / found['torch']:.0f} | {words / found['fused']:.0f} | "
-                f"{found['torch'] / found['fused']:.2f}x | {found['difference']:.1e} |",
-                flush=True,
-            )
+            base = found["torch"][0]
+            cells = [f"{words / base:.0f}"]
+            cells += [
+                f"{words / t:.0f}, {base / t:.2f}x, {diff:.1e}" for name, (t, diff) in found.items() if name != "torch"
+            ]
+            print(f"| {mode} | {batch} | " + " | ".join(cells) + " |", flush=True)
         del model
 
 

@@ -1,5 +1,6 @@
 """``benchmarks/bench_fused_cell.py``: the fused C++ cell it measures computes the LSTM cell's step as
-``ElmoBiLstmLayer.cell`` does, and the script runs.
+``ElmoBiLstmLayer.cell`` does, its C++ step loop runs the steps as ``ElmoBiLstmLayer.recurrence`` does, and the
+script runs.
 
 The package itself ships no C++; these tests build the benchmark's kernel, so they need a C++ compiler, ninja and
 Python's headers. Without them they skip, saying which is missing; ``.ci/run`` installs them and sets
@@ -16,8 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import TINY
 
-from modeling_elmo import ElmoConfig
+from modeling_elmo import ElmoConfig, ElmoModel
 from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -92,6 +94,46 @@ def test_fused_cell_in_bfloat16_is_the_float32_cell_rounded_once(bench):
     assert not ((layer.cell(gates, c)[1].float() - exact_memory).abs() <= bound).all()
 
 
+@pytest.mark.parametrize("path", ["plain", "prepacked", "prepacked-bfloat16", "int8"])
+def test_step_loop_runs_the_models_steps(bench, path):
+    """The C++ step loop, with the products the model picks on each path, gives the top layer the model gives with
+    the same fused cell, over sentences of different lengths (rows end at different steps)."""
+    from modeling_elmo.utils.quantize_elmo import quantize_int8
+
+    module, kernel, _ = bench
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(**TINY)).eval()
+    if path.startswith("prepacked"):
+        for layer in model.bilm.layers:
+            layer.prepack_min_elements = 1  # the tiny weights take oneDNN's prepacked products too
+    if path == "prepacked-bfloat16":
+        model = model.to(torch.bfloat16)
+    if path == "int8":
+        quantize_int8(model)
+    batch = module.make_batch(6, 1, 9, module.make_vocab(50), seed=3)
+    with torch.inference_mode():
+        with module.fused_cell_in_place(kernel):
+            expected = model(input_ids=batch[0], attention_mask=batch[1], output_hidden_states=True).hidden_states
+        with module.step_loop_in_place(kernel):
+            found = model(input_ids=batch[0], attention_mask=batch[1], output_hidden_states=True).hidden_states
+    # The same kernels in the same order: measured 0 on every path. A step run on the wrong rows, or an ended row's
+    # state lost, moves outputs by 1e-2 or more.
+    for layer, (a, b) in enumerate(zip(expected, found, strict=True)):
+        assert (a.float() - b.float()).abs().max() <= 1e-6, layer
+    # The states after each row's last step, which the outputs above do not show.
+    layer, batch_sizes = model.bilm.layers[0], [6, 6, 5, 3, 3, 1]
+    dtype = layer.bias.dtype if path != "int8" else torch.float32
+    inputs = torch.randn(2, sum(batch_sizes), 8).to(dtype)
+    h, c = torch.randn(2, 6, 8).to(dtype), torch.randn(2, 6, 16)
+    with torch.inference_mode():
+        with module.fused_cell_in_place(kernel):
+            expected = layer(inputs, h, c, batch_sizes)
+        with module.step_loop_in_place(kernel):
+            found = layer(inputs, h, c, batch_sizes)
+    for name, a, b in zip(("outputs", "h", "c"), expected, found, strict=True):
+        assert (a.float() - b.float()).abs().max() <= 1e-6, name
+
+
 def test_benchmark_fused_cell_smoke(bench, capsys):
     module, _, build_dir = bench
     module.main(["--smoke", "--modes", "float32", "int8", "--batch-sizes", "2", "--build_dir", build_dir])
@@ -99,5 +141,8 @@ def test_benchmark_fused_cell_smoke(bench, capsys):
     assert len(rows) == 2
     for row in rows:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
-        assert float(cells[2]) > 0 and float(cells[3]) > 0 and cells[4].endswith("x")
-        assert float(cells[5]) < 1e-4  # the tiny model's top layer, with either cell
+        assert float(cells[2]) > 0
+        for variant in cells[3:5]:  # "words/s, ratio x, difference"
+            rate, ratio, difference = (part.strip() for part in variant.split(","))
+            assert float(rate) > 0 and ratio.endswith("x")
+            assert float(difference) < 1e-4  # the tiny model's top layer
