@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import math
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -39,8 +40,17 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_inference import MODES, build_model, cpu_description, make_batch, make_vocab  # noqa: E402
+from bench_inference import (  # noqa: E402
+    MODES,
+    build_model,
+    cpu_description,
+    make_vocab,
+    measure_ceiling,
+    useful_gflop,
+    wikitext_sentences,
+)
 
+from modeling_elmo.characters import word_to_char_ids  # noqa: E402
 from modeling_elmo.modeling_elmo import ElmoBiLstmLayer  # noqa: E402
 from modeling_elmo.utils.quantize_elmo import quantize_int8  # noqa: E402
 
@@ -285,24 +295,53 @@ def compare(model, batches: list[tuple[torch.Tensor, torch.Tensor]], kernel, rou
     }
 
 
+def char_batch(sentences: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(input_ids (B, W, 50), attention_mask (B, W))`` of ``sentences`` (the model adds ``<S>`` and ``</S>``)."""
+    ids = torch.zeros(len(sentences), max(map(len, sentences)), 50, dtype=torch.long)
+    mask = torch.zeros(ids.shape[:2], dtype=torch.long)
+    for b, sentence in enumerate(sentences):
+        ids[b, : len(sentence)] = torch.tensor([word_to_char_ids(w) for w in sentence])
+        mask[b, : len(sentence)] = 1
+    return ids, mask
+
+
+def ceiling_of(sentences: list[list[str]], modes: list[str]) -> dict:
+    """``bench_inference.measure_ceiling`` at the shapes of ``sentences`` run as one batch."""
+    steps = [len(s) + 2 for s in sentences]  # with <S> and </S>
+    rows = [sum(n > t for n in steps) for t in range(max(steps))]
+    return measure_ceiling({"rows": rows, "distinct": len({w for s in sentences for w in s}) + 2, "modes": modes})
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[32, 1])
+    parser.add_argument("--batch-sizes", nargs="+", type=int, choices=[1, 32], default=[32, 1])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--smoke", action="store_true", help="tiny model, 1 round: a quick check that it runs")
+    parser.add_argument("--smoke", action="store_true", help="tiny model, random words, 1 round: a quick check")
     parser.add_argument("--build_dir", default=os.path.join(tempfile.gettempdir(), "elmo-bench-fused-cell"))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    size, rounds = ("tiny", 1) if args.smoke else ("original", args.rounds)
     kernel = build(args.build_dir)
-    vocab = make_vocab()
+    if args.smoke:  # the ceiling is measured at the original size's shapes: none for the tiny model
+        size, rounds = "tiny", 1
+        rng, vocab = random.Random(0), make_vocab(200)
+        sentences = [rng.choices(vocab, k=rng.randint(12, 37)) for _ in range(32)]
+    else:
+        size, rounds = "original", args.rounds
+        sentences = wikitext_sentences(32, 12, 37)
     print(f"# CPU: {cpu_description()}")
     print(f"# torch {torch.__version__}, {args.threads} threads, {size} size, random weights, {rounds} rounds")
-    print("words/s, the ratio to torch's, and the top layer's largest difference from torch's:")
+    print("# the batches of bench_inference.py: 32 WikiText-2 sentences at once, and 8 of them one at a time")
+    print("words/s, the ratio to torch's, the fraction of bench_inference.py's ceiling (its products' best rate),")
+    print("and the top layer's largest difference from torch's:")
     print("| mode | batch | torch | fused cell | C++ step loop |")
     print("|---|---|---|---|---|")
+    ceilings = (
+        {}
+        if args.smoke
+        else {b: ceiling_of(sentences[:1] if b == 1 else sentences, args.modes) for b in args.batch_sizes}
+    )
     for mode in args.modes:
         model = build_model(size, "cpu")
         if mode == "bfloat16":
@@ -310,16 +349,19 @@ def main(argv: list[str] | None = None) -> None:
         elif mode == "int8":
             quantize_int8(model)
         for batch in args.batch_sizes:
-            # 64 sentences of 12-37 words in batches of ``batch``; at batch 1, 8 sentences one at a time.
-            count = 8 if batch == 1 else max(batch, 64)
-            batches = [make_batch(batch, 12, 37, vocab, seed) for seed in range(count // batch)]
-            words = sum(int(mask.sum()) for _, mask in batches)
-            found = compare(model, batches, kernel, rounds)
+            groups = [sentences] if batch == 32 else [[s] for s in sentences[:8]]
+            words = sum(len(s) for group in groups for s in group)
+            gflop = useful_gflop(groups)
+            found = compare(model, [char_batch(group) for group in groups], kernel, rounds)
             base = found["torch"][0]
-            cells = [f"{words / base:.0f}"]
-            cells += [
-                f"{words / t:.0f}, {base / t:.2f}x, {diff:.1e}" for name, (t, diff) in found.items() if name != "torch"
-            ]
+            cells = []
+            for name, (seconds, difference) in found.items():
+                cell = f"{words / seconds:.0f}"
+                if name != "torch":
+                    cell += f", {base / seconds:.2f}x"
+                if ceilings:
+                    cell += f", {gflop / seconds / ceilings[batch][mode]['combined']:.0%}"
+                cells.append(cell if name == "torch" else f"{cell}, {difference:.1e}")
             print(f"| {mode} | {batch} | " + " | ".join(cells) + " |", flush=True)
         del model
 

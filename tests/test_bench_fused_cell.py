@@ -10,6 +10,7 @@ Python's headers. Without them they skip, saying which is missing; ``.ci/run`` i
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import sys
 import sysconfig
@@ -110,7 +111,8 @@ def test_step_loop_runs_the_models_steps(bench, path):
         model = model.to(torch.bfloat16)
     if path == "int8":
         quantize_int8(model)
-    batch = module.make_batch(6, 1, 9, module.make_vocab(50), seed=3)
+    rng, vocab = random.Random(3), module.make_vocab(50)
+    batch = module.char_batch([rng.choices(vocab, k=rng.randint(1, 9)) for _ in range(6)])
     with torch.inference_mode():
         with module.fused_cell_in_place(kernel):
             expected = model(input_ids=batch[0], attention_mask=batch[1], output_hidden_states=True).hidden_states
@@ -136,13 +138,22 @@ def test_step_loop_runs_the_models_steps(bench, path):
 
 def test_benchmark_fused_cell_smoke(bench, capsys):
     module, _, build_dir = bench
-    module.main(["--smoke", "--modes", "float32", "int8", "--batch-sizes", "2", "--build_dir", build_dir])
+    module.main(["--smoke", "--modes", "float32", "int8", "--batch-sizes", "1", "--build_dir", build_dir])
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("| float32", "| int8"))]
     assert len(rows) == 2
     for row in rows:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert float(cells[2]) > 0
-        for variant in cells[3:5]:  # "words/s, ratio x, difference"
+        for variant in cells[3:5]:  # "words/s, ratio x, difference" (no ceiling for the tiny model)
             rate, ratio, difference = (part.strip() for part in variant.split(","))
             assert float(rate) > 0 and ratio.endswith("x")
             assert float(difference) < 1e-4  # the tiny model's top layer
+
+
+def test_ceiling_of_counts_the_rows_running_at_each_step(bench, monkeypatch):
+    module, _, _ = bench
+    seen = {}
+    monkeypatch.setattr(module, "measure_ceiling", lambda spec: seen.update(spec) or {})
+    module.ceiling_of([["a", "b", "c"], ["b"], ["d", "e"]], ["int8"])
+    # 5, 3 and 4 steps with the boundaries; 5 distinct words and the two boundaries.
+    assert seen == {"rows": [3, 3, 3, 2, 1], "distinct": 7, "modes": ["int8"]}
