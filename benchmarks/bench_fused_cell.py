@@ -43,6 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_inference import (  # noqa: E402
     MODES,
     build_model,
+    ceiling_spec,
     cpu_description,
     make_vocab,
     measure_ceiling,
@@ -307,9 +308,7 @@ def char_batch(sentences: list[list[str]]) -> tuple[torch.Tensor, torch.Tensor]:
 
 def ceiling_of(sentences: list[list[str]], modes: list[str]) -> dict:
     """``bench_inference.measure_ceiling`` at the shapes of ``sentences`` run as one batch."""
-    steps = [len(s) + 2 for s in sentences]  # with <S> and </S>
-    rows = [sum(n > t for n in steps) for t in range(max(steps))]
-    return measure_ceiling({"rows": rows, "distinct": len({w for s in sentences for w in s}) + 2, "modes": modes})
+    return measure_ceiling(ceiling_spec(sentences, modes))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -446,6 +446,17 @@ def _our_worker(spec_path: str) -> None:
     print(json.dumps({"load_s": load_s, "times": times}))
 
 
+def ceiling_spec(sentences: list[list[str]], modes: list[str]) -> dict:
+    """``measure_ceiling``'s spec for ``sentences`` run as one batch: the rows still running at each LSTM step (with
+    ``<S>`` and ``</S>``), the distinct words (and the two boundaries), and ``modes``."""
+    steps = [len(s) + 2 for s in sentences]
+    return {
+        "rows": [sum(n > t for n in steps) for t in range(max(steps))],
+        "distinct": len({w for s in sentences for w in s}) + 2,
+        "modes": modes,
+    }
+
+
 def product_shapes(rows: list[int], distinct: int, p: int = 512, d: int = 4096, filters: int = 2048):
     """The model's matrix products for one batch, as it runs them: ``{name: [((groups, rows, inner, outer), calls,
     weights), ...]}``, with ``calls`` per batch and how many different weights of that shape the model holds (its
@@ -655,15 +666,7 @@ def compare_with_allennlp(args) -> None:
 
     sentences = wikitext_sentences(32, args.min_words, args.max_words)
     rows = {32: [sentences], 1: [[s] for s in sentences[:8]]}
-    shapes = {}
-    for batch in rows:
-        first = sentences if batch > 1 else sentences[:1]
-        steps = [len(s) + 2 for s in first]  # with <S> and </S>
-        shapes[batch] = {
-            "rows": [sum(n > t for n in steps) for t in range(max(steps))],  # rows still running at each step
-            "distinct": len({w for s in first for w in s}) + 2,
-            "modes": args.modes,
-        }
+    shapes = {batch: ceiling_spec(sentences if batch > 1 else sentences[:1], args.modes) for batch in rows}
 
     def median_round(measured: list[dict]) -> dict:
         """Per mode, the round whose ceiling has the median combined rate (the one shown in the ceiling table)."""
