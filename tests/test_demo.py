@@ -217,6 +217,22 @@ def served_page(tmp_path: Path, *options: str):
     assert not outside, f"the page fetched from outside {url}: {outside}"
 
 
+def _enter(page, elem_id: str, text: str) -> None:
+    """Type ``text`` into the textbox ``elem_id`` as a person would, and check that the page holds it.
+
+    A view's textbox shows the app's starting value once Gradio has mounted it; text filled in before that can be
+    replaced by the starting value, so the click would send the old sentence (seen once in CI). Waiting for a
+    non-empty value, then leaving the box (Tab) after typing, makes the page take the typed text before any click.
+    """
+    from playwright.sync_api import expect
+
+    box = page.locator(f"#{elem_id} textarea, #{elem_id} input").first
+    expect(box).not_to_have_value("", timeout=60_000)
+    box.fill(text)
+    box.press("Tab")
+    expect(box).to_have_value(text)
+
+
 @pytest.mark.slow
 def test_demo_in_a_browser(tmp_path, tagger_dir):
     """Start ``elmo demo`` on the bundled demo model, compare a word's senses and tag a sentence in Chromium, take
@@ -225,10 +241,12 @@ def test_demo_in_a_browser(tmp_path, tagger_dir):
         from playwright.sync_api import expect  # served_page has skipped the test where playwright is missing
 
         # Word senses: "bank" in sentences typed by the user.
-        page.locator("#senses-word textarea, #senses-word input").first.fill("bank")
-        page.locator("#senses-text textarea").fill(
+        _enter(page, "senses-word", "bank")
+        _enter(
+            page,
+            "senses-text",
             "He sat on the bank of the river .\nShe went to the bank to open an account .\n"
-            "The bank raised the interest rate ."
+            "The bank raised the interest rate .",
         )
         page.locator("#senses-run").click()
         summary = page.locator("#senses-summary")
@@ -239,7 +257,7 @@ def test_demo_in_a_browser(tmp_path, tagger_dir):
 
         # Tagging: the forced tagger marks every word as a location.
         page.get_by_role("tab", name="Tagging").click()
-        page.locator("#tag-text textarea, #tag-text input").first.fill("Ada went to Rome .")
+        _enter(page, "tag-text", "Ada went to Rome .")
         page.locator("#tag-run").click()
         result = page.locator("#tag-result")
         # The result's visible text, not one element found in it: the first element with a word may be a hidden one.
@@ -250,7 +268,7 @@ def test_demo_in_a_browser(tmp_path, tagger_dir):
 
         # Fill-in-the-blank: the demo model's fitted LM head ranks "November" among the first (0.062, after "the").
         page.get_by_role("tab", name="Fill in the blank").click()
-        page.locator("#fill-text textarea, #fill-text input").first.fill("The game was released in ___ 2010 .")
+        _enter(page, "fill-text", "The game was released in ___ 2010 .")
         page.locator("#fill-run").click()
         expect(page.locator("#fill-result")).to_contain_text("November", timeout=120_000, use_inner_text=True)
         page.screenshot(path=tmp_path / "fill-demo.png", full_page=True)
@@ -268,7 +286,7 @@ def test_fill_in_the_blank_in_a_browser(tmp_path, lm_models):
     best = next(iter(lm_models.fill_blank(sentence)))
     with served_page(tmp_path, "--model", str(folder)) as (page, _):
         page.get_by_role("tab", name="Fill in the blank").click()
-        page.locator("#fill-text textarea, #fill-text input").first.fill(sentence)
+        _enter(page, "fill-text", sentence)
         page.locator("#fill-run").click()
         from playwright.sync_api import expect  # served_page has skipped the test where playwright is missing
 
