@@ -16,7 +16,7 @@ Subcommands (``elmo SUBCOMMAND --help`` for each):
 - ``elmo demo``: a web demo in the browser, served on this machine (``modeling_elmo.commands.demo``, Gradio).
 
 Without ``--model``, ``embed`` and ``similar`` use the demo model bundled in the package
-(``modeling_elmo/commands/demo_model``): a toy-sized biLM this project trained on WikiText-2, not the released
+(``modeling_elmo/demo_models/demo_bilm``): a toy-sized biLM this project trained on WikiText-2, not the released
 ELMo. For real use, convert the original weights (``elmo convert``) and pass ``--model FOLDER``.
 
 Exit codes: 0 success; 1 an error the message explains (missing file, unloadable model, bad input...);
@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import NamedTuple, TextIO
 
 # `elmo embed --output_type`: AllenNLP's three (same meanings as `allennlp elmo --all/--top/--average`), then this
-# package's two. Kept equal to modeling_elmo.utils.embedding_elmo.OUTPUTS (not imported: it imports torch).
+# package's two. Kept equal to modeling_elmo.inference.embed_corpus.OUTPUTS (not imported: it imports torch).
 OUTPUT_TYPES = ("all", "top", "average", "elmo", "sentence_mean")
 # The old names, accepted with a note for one release.
 DEPRECATED_OUTPUT_TYPES = {"layers": "all", "mean": "sentence_mean"}
@@ -135,7 +135,7 @@ def check_model_name(model: str | None) -> None:
     suggestion: at once, before the model loads or the Hub is asked."""
     if model is None or os.path.exists(model):
         return
-    from modeling_elmo.utils.download import close_released_name
+    from modeling_elmo.hub.download import close_released_name
 
     suggestion = close_released_name(model)
     if suggestion is not None:
@@ -151,7 +151,7 @@ def resolve_model(model: str | None) -> str:
     no folder fails at once with a suggestion, instead of being looked up on the Hub."""
     if model is not None:
         if not os.path.exists(model):  # an existing folder wins over a released name
-            from modeling_elmo.utils.download import DownloadError, canonical_name, download_released_model
+            from modeling_elmo.hub.download import DownloadError, canonical_name, download_released_model
 
             if canonical_name(model) is not None:
                 try:
@@ -171,7 +171,7 @@ def resolve_model(model: str | None) -> str:
             f"--model {model}: {what}. Give a model folder (made by `elmo convert` or `elmo train-lm`), "
             "a Hugging Face Hub id (owner/name) or a released model's name (`elmo download --list`)."
         )
-    from modeling_elmo.utils.demo_model import demo_model_path
+    from modeling_elmo.demo_models.model import demo_model_path
 
     demo = demo_model_path()
     if not (demo / "config.json").is_file():
@@ -239,7 +239,7 @@ def resolve_precision(args: argparse.Namespace, device, say: bool = True) -> Non
         args.dtype, args.quantize = getattr(args, "dtype", None) or "float32", getattr(args, "quantize", None)
         return
     if precision == "auto":
-        from modeling_elmo.utils.precision import choose_precision
+        from modeling_elmo.inference.precision import choose_precision
 
         choice = choose_precision(device)
         if say:
@@ -259,7 +259,7 @@ def load_model(model: str | None, device, dtype: str = "float32", quantize: str 
 
     ``dtype`` (``float32``, ``bfloat16``, ``float16``) is the precision of the weights and products (see
     ``ElmoBiLstmLayer``: the cell state stays float32); ``quantize="int8"`` quantizes a float32 CPU model with
-    ``modeling_elmo.utils.quantize_elmo.quantize_int8``.
+    ``modeling_elmo.inference.quantize.quantize_int8``.
     """
     import torch
 
@@ -277,7 +277,7 @@ def load_model(model: str | None, device, dtype: str = "float32", quantize: str 
     from transformers.utils import logging as hf_logging
 
     from modeling_elmo import ElmoModel, ElmoTokenizer
-    from modeling_elmo.utils.hub import hub_local_files_only
+    from modeling_elmo.hub.remote_code import hub_local_files_only
 
     offline = False
     if not os.path.exists(name):  # a Hub id: one quick check that it can be had, instead of minutes of retries
@@ -303,7 +303,7 @@ def load_model(model: str | None, device, dtype: str = "float32", quantize: str 
         if bar_was_on:
             hf_logging.enable_progress_bar()
     if quantize == "int8":
-        from modeling_elmo.utils.quantize_elmo import quantize_int8
+        from modeling_elmo.inference.quantize import quantize_int8
 
         return tokenizer, quantize_int8(elmo.eval())
     return tokenizer, elmo.to(device).eval()
@@ -430,12 +430,12 @@ class Terminated(BaseException):
 @contextlib.contextmanager
 def _signals_unwind() -> Iterator[None]:
     """Within the block, SIGTERM raises [`Terminated`] and Ctrl-C ``KeyboardInterrupt``, both deferred while HDF5
-    runs (``HDF5_CALL`` of ``modeling_elmo.utils.embedding_file``). Only in the main thread, where signal handlers
+    runs (``HDF5_CALL`` of ``modeling_elmo.inference.hdf5_file``). Only in the main thread, where signal handlers
     can be set."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    from modeling_elmo.utils.embedding_file import HDF5_CALL
+    from modeling_elmo.inference.hdf5_file import HDF5_CALL
 
     def on_signal(signum, frame) -> None:
         if signum == signal.SIGTERM:
@@ -497,7 +497,7 @@ def _lock_output(output: str) -> int | None:
 
 def _unlock_output(output: str, fd: int | None) -> None:
     """Remove the lock file, then release the lock (in this order: see [`_lock_output`])."""
-    from modeling_elmo.utils.embedding_file import remove_file
+    from modeling_elmo.inference.hdf5_file import remove_file
 
     if fd is None:
         return
@@ -524,7 +524,7 @@ def remove_stale_partials(output: str, locked: bool = True) -> list[str]:
     the output's lock (``locked``: no other run to this output is writing), the part files
     ``.NAME.embed-partN-of-W.tmp`` of a multi-process run, whose names carry no PID. Returns the deleted paths.
     """
-    from modeling_elmo.utils.embedding_file import remove_file
+    from modeling_elmo.inference.hdf5_file import remove_file
 
     folder, name = os.path.split(os.path.abspath(output))
     prefix = f".{name}."
@@ -552,7 +552,7 @@ def _publish(temp: str, output: str, overwrite: bool) -> None:
     """Give the complete file ``temp`` the name ``output``. With ``overwrite`` it replaces whatever is there;
     without, it never replaces a file, even one that another program created while this run was writing:
     ``os.link`` fails if ``output`` exists, where ``os.replace`` would silently replace it."""
-    from modeling_elmo.utils.embedding_file import remove_file
+    from modeling_elmo.inference.hdf5_file import remove_file
 
     if overwrite:
         os.replace(temp, output)
@@ -642,7 +642,7 @@ def _start_output(args, output: str) -> int | None:
 
 def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
     """Embed this process's share of the input into ``path``; returns the number of sentences."""
-    from modeling_elmo.utils.embedding_file import write_sentences
+    from modeling_elmo.inference.hdf5_file import write_sentences
 
     device = resolve_device(args.device, local_rank)
     resolve_precision(args, device, say=rank == 0)  # the choice is said once
@@ -691,7 +691,7 @@ def _embed_into(args, path: str, rank: int, world: int, local_rank: int) -> int:
 
 
 def _embed_single(args, output: str) -> int:
-    from modeling_elmo.utils.embedding_file import remove_file, temp_name
+    from modeling_elmo.inference.hdf5_file import remove_file, temp_name
 
     lock = _start_output(args, output)
     try:
@@ -730,7 +730,7 @@ def _embed_distributed(args, output: str, rank: int, world: int, local_rank: int
     import torch
     import torch.distributed as dist
 
-    from modeling_elmo.utils.embedding_file import EmbeddingFileError, merge_parts, remove_file, temp_name
+    from modeling_elmo.inference.hdf5_file import EmbeddingFileError, merge_parts, remove_file, temp_name
 
     started_here = not dist.is_initialized()
     if started_here:
@@ -908,7 +908,7 @@ def run_similar(args: argparse.Namespace) -> int:
     if example is not None and len(labels) == 4:
         print(sense_summary(example, sim))
     if args.plot:
-        from modeling_elmo.utils.plots import save_similarity_plot
+        from modeling_elmo.plots import save_similarity_plot
 
         print(f"Wrote the heatmap to {save_similarity_plot(args.plot, word, labels, sim, layer_name)}")
     return 0
@@ -919,7 +919,7 @@ def run_similar(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-# `elmo convert`'s input files and how its messages name them (modeling_elmo.utils.convert._check_readable).
+# `elmo convert`'s input files and how its messages name them (modeling_elmo.hub.convert._check_readable).
 _CONVERT_INPUTS = {"--options_file": "options file", "--weight_file": "weight file", "--vocab_file": "vocab file"}
 
 

@@ -46,7 +46,7 @@ def _run(queue, size: str, count: int, args: dict) -> None:
 
     from benchmarks.bench_inference import SIZES
     from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-    from modeling_elmo.utils.embedding_elmo import embed_corpus
+    from modeling_elmo.inference.embed_corpus import embed_corpus
 
     torch.set_num_threads(args["threads"])
     torch.manual_seed(0)

@@ -52,8 +52,8 @@ from bench_inference import (  # noqa: E402
 )
 
 from modeling_elmo.characters import word_to_char_ids  # noqa: E402
+from modeling_elmo.inference.quantize import quantize_int8  # noqa: E402
 from modeling_elmo.modeling_elmo import ElmoBiLstmLayer  # noqa: E402
-from modeling_elmo.utils.quantize_elmo import quantize_int8  # noqa: E402
 
 CELL_SOURCE = r"""
 #include <torch/extension.h>
@@ -235,7 +235,7 @@ def step_loop_in_place(kernel):
     products of the same kind as the model picks (``products``: the layer's own, the CPU fast path's, or int8), the
     fused cell, and no Python between the steps. The input product of all steps stays in Python, as in the model."""
     from modeling_elmo.fast_path_elmo import PrepackedProducts
-    from modeling_elmo.utils.quantize_elmo import Int8BiLstmLayer, needs_reduced_range
+    from modeling_elmo.inference.quantize import Int8BiLstmLayer, needs_reduced_range
 
     def recurrence(layer, products, inputs, h, c, bias, batch_sizes, directions):
         input_gates = products.input_gates(inputs, bias, directions)

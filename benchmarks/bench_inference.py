@@ -69,8 +69,8 @@ import torch
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.characters import word_to_char_ids
-from modeling_elmo.utils.reference_elmo import reference_forward
-from modeling_elmo.utils.token_cache import build_token_cache
+from modeling_elmo.inference.token_cache import build_token_cache
+from modeling_elmo.reference_elmo import reference_forward
 
 SIZES = {
     "tiny": dict(lstm_dim=64, projection_dim=16, char_cnn_filters=[[1, 4], [2, 8], [3, 16]], n_highway=1),
@@ -362,7 +362,7 @@ def original_model(work_dir: Path) -> tuple[Path, Path, Path]:
     sys.path.insert(0, str(HERE.parent / "tests"))
     from original_format import write_original_model
 
-    from modeling_elmo.utils.convert import convert
+    from modeling_elmo.hub.convert import convert
 
     folder = work_dir / "ours"
     options, weights = work_dir / "original" / "options.json", work_dir / "original" / "lm_weights.hdf5"
@@ -411,7 +411,7 @@ def load_in_mode(folder: str, mode: str) -> ElmoModel:
         return ElmoModel.from_pretrained(folder, dtype=torch.bfloat16).eval()
     model = ElmoModel.from_pretrained(folder).eval()
     if mode == "int8":
-        from modeling_elmo.utils.quantize_elmo import quantize_int8
+        from modeling_elmo.inference.quantize import quantize_int8
 
         quantize_int8(model)
     return model
@@ -475,7 +475,7 @@ def product_shapes(rows: list[int], distinct: int, p: int = 512, d: int = 4096, 
 def _packed(kernel: str, weights: list[torch.Tensor], rows: int = 32) -> list[list]:
     """Per weight ``(G, in, out)`` of ``weights``, each group's ``(in, out)`` packed for ``kernel``: ``int8``
     (``linear_dynamic``'s packed int8) or ``prepacked`` (oneDNN's layout, for products of about ``rows`` rows)."""
-    from modeling_elmo.utils.quantize_elmo import _pack
+    from modeling_elmo.inference.quantize import _pack
 
     if kernel == "int8":
         return [[_pack(w[g].t()) for g in range(w.shape[0])] for w in weights]
@@ -494,7 +494,7 @@ def measure_ceiling(spec: dict) -> dict:
     The per-step products (recurrent and projection) run in the model's own order instead (``measure_steps``): what
     stays in the caches from one step to the next depends on it."""
     from modeling_elmo.fast_path_elmo import _PrepackedWeights
-    from modeling_elmo.utils.quantize_elmo import _linear
+    from modeling_elmo.inference.quantize import _linear
 
     def median_seconds(run, layers: int) -> float:
         run()
@@ -565,7 +565,7 @@ def measure_steps(mode: str, rows: list[int], p: int = 512, d: int = 4096, repea
     in bfloat16 at the original size, 10 MB in int8), which a large last-level cache keeps, while both directions
     together (80 MB in float32) come from memory at every step."""
     from modeling_elmo.fast_path_elmo import _PrepackedWeights
-    from modeling_elmo.utils.quantize_elmo import _linear
+    from modeling_elmo.inference.quantize import _linear
 
     dtype = torch.float32 if mode == "int8" else getattr(torch, mode)
     layers = 2
@@ -789,7 +789,7 @@ def _embed(
 ) -> None:
     """One pass of ``embed_corpus`` over ``sentences`` (word lists), with ``elmo embed``'s ``--output_type elmo``:
     each sentence's ``(words, 2P)`` array is computed and copied to a numpy array, then dropped."""
-    from modeling_elmo.utils.embedding_elmo import embed_corpus
+    from modeling_elmo.inference.embed_corpus import embed_corpus
 
     for _ in embed_corpus(
         model, tokenizer, sentences, output="elmo", batch_size=batch_size, max_batch_words=max_batch_words,
@@ -803,7 +803,7 @@ def _in_mode(model: ElmoModel, mode: str) -> ElmoModel:
     if mode == "bfloat16":
         return copy.deepcopy(model).to(torch.bfloat16)
     if mode == "int8":
-        from modeling_elmo.utils.quantize_elmo import quantize_int8
+        from modeling_elmo.inference.quantize import quantize_int8
 
         return quantize_int8(copy.deepcopy(model))
     return model
@@ -836,7 +836,7 @@ def _sweep_setting(text: str) -> tuple[int, int, bool]:
 def embed_sweep(args) -> None:
     """``embed_corpus``'s words/s and peak RSS at each ``--embed_sweep`` pair (see the module's docstring);
     prints a markdown table per model size."""
-    from modeling_elmo.utils.embedding_elmo import _batches
+    from modeling_elmo.inference.embed_corpus import _batches
 
     pairs = [_sweep_setting(pair) for pair in (args.embed_sweep or EMBED_SWEEP)]
     modes = args.modes or ["float32", "bfloat16"]

@@ -4,7 +4,7 @@ Runs ``python -m modeling_elmo.training.train_lm`` (in process) on ``valid.txt``
 evaluates on ``test.txt`` with the full softmax. The budget is a number of optimizer steps, not seconds, so that
 the model (and its perplexity) does not depend on how busy the machine is; only the words/s do. The defaults are
 the recipe of the package's bundled demo model (``scripts/train_demo_model.sh`` runs this script and then
-exports ``modeling_elmo/commands/demo_model`` from its output folder):
+exports ``modeling_elmo/demo_models/demo_bilm`` from its output folder):
 
     python benchmarks/bench_lm.py                       # the demo recipe: preset tiny, 2000 steps of 32 windows
     python benchmarks/bench_lm.py --max_steps 100 --preset small --max_eval_samples 500
@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 
 from modeling_elmo import ElmoConfig
+from modeling_elmo.hub.model_card import bilm_parameter_count
 from modeling_elmo.training.train_lm import PRESETS
 from modeling_elmo.training.train_lm import main as train_lm
-from modeling_elmo.utils.model_card import bilm_parameter_count
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("ELMO_SHARED_DIR", REPO.parent / "shared")) / "data" / "wikitext-2"

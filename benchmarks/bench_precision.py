@@ -10,7 +10,7 @@ vector in that mode and in float32:
   state, its update and clip in float32; the gate pre-activations in bfloat16);
 - ``bfloat16-all`` (``--ablation``): the same with the cell state and the gates in bfloat16 too, to show what
   the float32 state buys;
-- ``int8``: ``modeling_elmo.utils.quantize_elmo.quantize_int8`` (dynamic int8 products) on the float32 model.
+- ``int8``: ``modeling_elmo.inference.quantize.quantize_int8`` (dynamic int8 products) on the float32 model.
 
     python benchmarks/bench_precision.py                          # demo + original size, 200 sentences
     python benchmarks/bench_precision.py --models demo --sentences 50 --ablation
@@ -28,14 +28,14 @@ from pathlib import Path
 import torch
 
 from modeling_elmo import ElmoModel, ElmoTokenizer
+from modeling_elmo.inference.quantize import quantize_int8
 from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
-from modeling_elmo.utils.quantize_elmo import quantize_int8
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # bench_inference, for the original-size model
 SHARED = os.environ.get("ELMO_SHARED_DIR", os.path.join(HERE, "..", "..", "shared"))  # holds data/, as for the tests
 WIKITEXT = os.path.join(SHARED, "data", "wikitext-2", "test.txt")
-DEMO = os.path.join(HERE, "..", "modeling_elmo", "commands", "demo_model")
+DEMO = os.path.join(HERE, "..", "modeling_elmo", "demo_models", "demo_bilm")
 MODES = ("bfloat16", "int8")
 
 

@@ -35,14 +35,14 @@ from pathlib import Path
 
 import torch
 
+from modeling_elmo.inference.quantize import needs_reduced_range, quantize_int8
 from modeling_elmo.training.train_tagger import detect_scheme, iob1_to_bio, load_tagger, read_conll
-from modeling_elmo.utils.quantize_elmo import needs_reduced_range, quantize_int8
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))  # bench_ner, for the training recipe
 DATA = Path(os.environ.get("ELMO_SHARED_DIR", REPO.parent / "shared")) / "data" / "conll2003"
-DEMO = REPO / "modeling_elmo" / "commands" / "demo_model"
+DEMO = REPO / "modeling_elmo" / "demo_models" / "demo_bilm"
 MODES = ("float32", "bfloat16", "int8")
 
 

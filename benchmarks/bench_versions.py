@@ -35,7 +35,7 @@ torch.set_num_threads(spec["threads"])
 torch.manual_seed(0)
 model = ElmoModel(ElmoConfig(**spec["config"], initializer_range=0.02)).eval()
 if spec["dtype"] == "int8":
-    from modeling_elmo.utils.quantize_elmo import quantize_int8
+    from modeling_elmo.inference.quantize import quantize_int8
     quantize_int8(model)
 else:
     model.to(getattr(torch, spec["dtype"]))

@@ -28,7 +28,7 @@ import torch
 
 from elmo_cli import SIMILAR_EXAMPLES, word_similarities
 from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.utils.demo_model import demo_model_path
+from modeling_elmo.demo_models.model import demo_model_path
 
 DISPLAYED = 2  # sentences per sense that the command shows; the rest are held out
 

@@ -26,8 +26,11 @@ from transformers import (
 )
 from transformers.pipelines import PIPELINE_REGISTRY
 
+from . import deprecated_paths
 from .characters import word_to_char_ids
 from .configuration_elmo import ElmoConfig
+from .demo_models.language_model import demo_language_model_path
+from .demo_models.model import demo_model_path
 from .modeling_elmo import (
     ElmoBiLm,
     ElmoCharacterEncoder,
@@ -67,6 +70,7 @@ PIPELINE_REGISTRY.register_pipeline(
     FILL_MASK_TASK, pipeline_class=ElmoFillMaskPipeline, pt_model=AutoModelForPreTraining, type="text"
 )
 del _stock
+deprecated_paths.install()
 
 __all__ = [
     "ElmoBiLm",
@@ -86,5 +90,7 @@ __all__ = [
     "ElmoTokenClassificationPipeline",
     "ElmoTokenClassifierOutput",
     "ElmoTokenizer",
+    "demo_language_model_path",
+    "demo_model_path",
     "word_to_char_ids",
 ]

@@ -2,7 +2,7 @@
 settings of the task-specific scalar mixes.
 
 The ground floor of the package: it imports nothing from the model, the tokenizer or the Hub helpers, and saving
-it writes ``config.json`` only, with no ``auto_map`` unless remote code is asked for (``utils/hub.py``).
+it writes ``config.json`` only, with no ``auto_map`` unless remote code is asked for (``hub/remote_code.py``).
 No ``from __future__ import annotations`` here: ``@strict`` checks the field types from the
 annotations, which must be types, not strings.
 """
@@ -103,7 +103,7 @@ def check_model_name(name: Any) -> None:
     raise OSError(
         f"{name!r} is no folder, and no Hugging Face Hub id (owner/name). For a released ELMo model (small, medium, "
         "original, ...), run `elmo download NAME` (it converts the model once and prints its folder) and pass that "
-        "folder; in Python, modeling_elmo.utils.download.resolve_pretrained(NAME) returns it"
+        "folder; in Python, modeling_elmo.hub.download.resolve_pretrained(NAME) returns it"
     )
 
 

@@ -20,7 +20,7 @@ grad. ElmoPreTrainedModel.from_pretrained is the one post-load hook (``apply_fre
 Beside this file: ``fast_path_elmo.py``, the LSTM's CPU fast path (prepacked oneDNN products), which
 ``ElmoBiLstmLayer.forward`` chooses at one place; ``lstm_state_elmo.py``, the LSTM state carried between calls
 (``ElmoLstmState``); ``checks_elmo.py``, the input and loading checks; inference helpers
-(TF-Hub's outputs, ``embed_sentences``, the token cache) are in ``modeling_elmo/utils/``.
+(TF-Hub's outputs, ``embed_sentences``, the token cache) are in ``modeling_elmo/inference/``.
 
 The paper's 2L + 1 representations of a word (x, and forward and backward h of each LSTM layer)
 are returned as L + 1 tensors of width 2P: ``[x; x]`` and ``[forward_h_j; backward_h_j]``, j = 1..L.
@@ -207,7 +207,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
 
     # The three matrix products of a step, plain (batched over the directions). Where the CPU fast path applies
     # (fast_path_elmo.PrepackedProducts), its products replace them; subclasses may compute them otherwise (the int8
-    # layer of ``modeling_elmo.utils.quantize_elmo``). The recurrence in ``forward`` stays the same. The fast path's
+    # layer of ``modeling_elmo.inference.quantize``). The recurrence in ``forward`` stays the same. The fast path's
     # settings: ``use_prepacked_weights = False`` turns it off; it serves weights of at least
     # ``prepack_min_elements`` per direction and, in float32, products of at least ``prepack_min_rows`` rows (for
     # smaller weights, oneDNN's per-call overhead costs more than the re-layout it saves, and a float32 one-row
@@ -629,7 +629,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """As ``PreTrainedModel.save_pretrained``; the weight files then get the mode of a new file under the user's
         umask (transformers writes them 0600, readable by their owner alone). A plain folder: config and weights,
         with code files and ``auto_map`` only when remote code was asked for (``register_for_auto_class``, see
-        ``modeling_elmo.utils.hub``). A config read from a remote-code folder keeps that folder's ``auto_map``: it
+        ``modeling_elmo.hub.remote_code``). A config read from a remote-code folder keeps that folder's ``auto_map``: it
         is left out of a plain save, whose folder holds no code for it to name."""
         int8 = [name for name, module in self.named_modules() if getattr(module, "holds_int8_weights", False)]
         if int8:  # refused before anything is written: int8 weights are packed outside the state dict
@@ -764,7 +764,7 @@ class ElmoModel(ElmoPreTrainedModel):
         )
         # Stateful mode: the state carried between calls (see ElmoLstmState); empty means zeros.
         self.lstm_state = ElmoLstmState()
-        # Layer 0 of known words, looked up instead of computed (``modeling_elmo.utils.token_cache``); None: none.
+        # Layer 0 of known words, looked up instead of computed (``modeling_elmo.inference.token_cache``); None: none.
         self.token_cache = None
         # (2, C): the character ids of <S> and </S>, which forward puts around every sentence.
         self.register_buffer("boundary_ids", self._make_boundary_ids(config), persistent=False)
@@ -819,7 +819,7 @@ class ElmoModel(ElmoPreTrainedModel):
         (``(N, C + 1)`` with the word ids last for a model with a word input).
 
         Each distinct word is encoded once. With a token cache (``self.token_cache``, see
-        ``modeling_elmo.utils.token_cache.build_token_cache``), the cached words are looked up instead, unless the
+        ``modeling_elmo.inference.token_cache.build_token_cache``), the cached words are looked up instead, unless the
         character encoder is being trained; the cache itself drops out once it no longer fits the encoder.
         """
         unique, inverse = torch.unique(char_ids, dim=0, return_inverse=True)

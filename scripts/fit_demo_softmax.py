@@ -1,6 +1,6 @@
-"""Fits the demo LM softmax on the frozen demo biLM: modeling_elmo/commands/demo_model_lm/softmax.safetensors.
+"""Fits the demo LM softmax on the frozen demo biLM: modeling_elmo/demo_models/demo_softmax/softmax.safetensors.
 
-The shipped demo biLM (modeling_elmo/commands/demo_model) came from a training run that kept no softmax, and a
+The shipped demo biLM (modeling_elmo/demo_models/demo_bilm) came from a training run that kept no softmax, and a
 rerun does not reproduce it. Its LM head is therefore fitted afresh: the biLM stays frozen, and only the softmax
 (``W`` (V, P), ``b`` (V,), shared by both directions as in ELMo's released models) is trained on the top layer's
 outputs over WikiText-2 ``valid.txt``, the demo's training text. That is multinomial logistic regression, a convex
@@ -34,10 +34,10 @@ from tqdm.auto import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from modeling_elmo.commands.demo_lm import DEMO_SOFTMAX_FILE, demo_bilm_for_pretraining  # noqa: E402
+from modeling_elmo.demo_models.language_model import DEMO_SOFTMAX_FILE, demo_bilm_for_pretraining  # noqa: E402
+from modeling_elmo.demo_models.model import DEMO_MODEL_DIR  # noqa: E402
 from modeling_elmo.tokenization_elmo import ElmoTokenizer, load_bilm_vocab  # noqa: E402
 from modeling_elmo.training.lm_data import ElmoLMCollator, make_windows  # noqa: E402
-from modeling_elmo.utils.demo_model import DEMO_MODEL_DIR  # noqa: E402
 
 DATA = Path(os.environ.get("ELMO_SHARED_DIR", ROOT.parent / "shared")) / "data" / "wikitext-2"
 

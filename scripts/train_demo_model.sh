@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trains the demo model bundled in modeling_elmo/commands/demo_model: a toy-sized biLM (preset "tiny": 2 layers,
+# Trains the demo model bundled in modeling_elmo/demo_models/demo_bilm: a toy-sized biLM (preset "tiny": 2 layers,
 # LSTM 256, projection 64, 5 small char-CNN filters) that the project's own LM command trains on the
 # WikiText-2 text in ../shared/data (train: valid.txt, perplexity: test.txt; the text is not in the repo).
 # It is not the released ELMo. A fixed number of steps (2000 batches of 32 windows of <= 20 words, about
@@ -12,9 +12,9 @@
 # Then the folder keeps only the ElmoModel part (the LM softmax is left out), the tokenizer, the perplexities and
 # the card: data only, a plain saved folder (no code files, no auto_map) that loads with this package imported.
 # Last, scripts/fit_demo_softmax.py fits the LM softmax on the frozen biLM just written (only W and b, a convex
-# problem, a fixed number of Adam steps; a few minutes) into modeling_elmo/commands/demo_model_lm/softmax.safetensors:
+# problem, a fixed number of Adam steps; a few minutes) into modeling_elmo/demo_models/demo_softmax/softmax.safetensors:
 # W (10000 x 64) in float16, b in float32, and the SHA-256 of the biLM file it belongs to.
-# modeling_elmo.commands.demo_lm joins the two into an ElmoForPreTraining (elmo score --model demo, the
+# modeling_elmo.demo_models.language_model joins the two into an ElmoForPreTraining (elmo score --model demo, the
 # elmo-fill-mask pipeline, elmo demo). The shipped softmax was made so, on the shipped biLM, whose training run kept
 # no softmax: alone, `python scripts/fit_demo_softmax.py` reproduces it.
 #
@@ -23,7 +23,7 @@
 # apart (perplexity 177.0). Retraining therefore replaces the shipped biLM, its softmax and every number measured
 # on them.
 #
-#   ELMO_DEMO_EXPORT_ONLY=1 ELMO_DEMO_WORK_DIR=modeling_elmo/commands/demo_model bash scripts/train_demo_model.sh
+#   ELMO_DEMO_EXPORT_ONLY=1 ELMO_DEMO_WORK_DIR=modeling_elmo/demo_models/demo_bilm bash scripts/train_demo_model.sh
 #
 # re-saves the bundled folder as it is (same weights), e.g. to refresh its files after the package changed.
 set -euo pipefail
@@ -31,7 +31,7 @@ cd "$(dirname "$0")/.."
 
 DATA="${ELMO_SHARED_DIR:-../shared}/data/wikitext-2"
 WORK="${ELMO_DEMO_WORK_DIR:-${TMPDIR:-/tmp}/elmo-demo-lm}"
-OUT="${ELMO_DEMO_OUT:-modeling_elmo/commands/demo_model}"
+OUT="${ELMO_DEMO_OUT:-modeling_elmo/demo_models/demo_bilm}"
 test -f "$DATA/valid.txt" || { echo "error: $DATA/valid.txt not found (set ELMO_SHARED_DIR)" >&2; exit 1; }
 
 # ELMO_DEMO_EXPORT_ONLY=1: skip training, only rebuild the package folder from an earlier run in $WORK.
@@ -47,7 +47,7 @@ import sys
 import tempfile
 
 from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.commands.demo_model_card import write_demo_card
+from modeling_elmo.demo_models.model_card import write_demo_card
 
 work, out = sys.argv[1], sys.argv[2]
 staging = tempfile.mkdtemp(prefix=".demo_model.", dir=os.path.dirname(os.path.abspath(out)))
@@ -74,6 +74,6 @@ PY
 ls -la "$OUT"
 # The LM head of the biLM just written (reads $DATA/valid.txt and test.txt; prints the perplexities).
 # It fits the bundled folder's biLM only; ELMO_DEMO_FIT_SOFTMAX=0 skips it (e.g. with ELMO_DEMO_EXPORT_ONLY=1).
-if [ "$OUT" = modeling_elmo/commands/demo_model ] && [ "${ELMO_DEMO_FIT_SOFTMAX:-1}" = 1 ]; then
+if [ "$OUT" = modeling_elmo/demo_models/demo_bilm ] && [ "${ELMO_DEMO_FIT_SOFTMAX:-1}" = 1 ]; then
     ELMO_SHARED_DIR="${ELMO_SHARED_DIR:-../shared}" python scripts/fit_demo_softmax.py
 fi

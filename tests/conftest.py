@@ -89,7 +89,7 @@ def shared_data_dir() -> Path:
 @pytest.fixture(scope="session")
 def converted_fixture(fixture_dir: Path, tmp_path_factory) -> Path:
     """The fixture model converted once per session with ``convert_original_weights.convert``."""
-    from modeling_elmo.utils.convert import convert
+    from modeling_elmo.hub.convert import convert
 
     out = tmp_path_factory.mktemp("converted") / "bilm-residual"
     convert(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", out, progress=False)

@@ -14,7 +14,7 @@ from helpers import BATCHING_ATOL
 
 import elmo_cli as cli
 from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.utils.allennlp_compat import Elmo, ElmoEmbedder, batch_to_ids
+from modeling_elmo.compat.allennlp import Elmo, ElmoEmbedder, batch_to_ids
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

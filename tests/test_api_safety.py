@@ -18,8 +18,8 @@ from modeling_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
-from modeling_elmo.utils.allennlp_compat import Elmo, ElmoEmbedder, batch_to_ids
-from modeling_elmo.utils.quantize_elmo import quantize_int8
+from modeling_elmo.compat.allennlp import Elmo, ElmoEmbedder, batch_to_ids
+from modeling_elmo.inference.quantize import quantize_int8
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

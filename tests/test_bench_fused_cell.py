@@ -99,7 +99,7 @@ def test_fused_cell_in_bfloat16_is_the_float32_cell_rounded_once(bench):
 def test_step_loop_runs_the_models_steps(bench, path):
     """The C++ step loop, with the products the model picks on each path, gives the top layer the model gives with
     the same fused cell, over sentences of different lengths (rows end at different steps)."""
-    from modeling_elmo.utils.quantize_elmo import quantize_int8
+    from modeling_elmo.inference.quantize import quantize_int8
 
     module, kernel, _ = bench
     torch.manual_seed(0)

@@ -21,7 +21,7 @@ from helpers import BATCHING_ATOL
 
 import elmo_cli as cli
 from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.utils import demo_model
+from modeling_elmo.demo_models import model as demo_model
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ from helpers import TINY_SIZES
 
 import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from modeling_elmo.utils.download import close_released_name
+from modeling_elmo.hub.download import close_released_name
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers", "huggingface_hub")
@@ -74,7 +74,7 @@ def test_misspelt_released_name_fails_at_once_with_a_suggestion(tmp_path):
     done = _elmo("embed", "in.txt", "-o", "out.hdf5", "--model", "orignal", cwd=tmp_path, importtime=True)
     assert done.returncode == 1, done.stderr[-2000:]
     assert "did you mean original?" in _messages(done.stderr)
-    assert "modeling_elmo.utils.embedding_elmo" not in _imported(done.stderr)  # the embedding never started
+    assert "modeling_elmo.inference.embed_corpus" not in _imported(done.stderr)  # the embedding never started
     assert sorted(os.listdir(tmp_path)) == ["in.txt"]
 
 

@@ -30,7 +30,7 @@ from modeling_elmo.training.checkpoints import checkpoint_problem, newest_comple
 from modeling_elmo.training.train_tagger import build_word_vocab, predict_sentences
 
 REPO = Path(__file__).resolve().parent.parent
-DEMO_MODEL = REPO / "modeling_elmo" / "commands" / "demo_model"
+DEMO_MODEL = REPO / "modeling_elmo" / "demo_models" / "demo_bilm"
 TINY_LM = (
     "--lstm_dim 16 --projection_dim 8 --n_highway 1 --char_embedding_dim 4 --char_cnn_filters 1:4,2:8 "
     "--num_samples 5 --per_device_train_batch_size 8 --disable_tqdm"

@@ -20,7 +20,7 @@ from modeling_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
-from modeling_elmo.utils.inference import embed_sentences
+from modeling_elmo.inference.tf_hub import embed_sentences
 
 PACKAGE = Path(__file__).resolve().parent.parent / "modeling_elmo"
 TINY = dict(

@@ -54,7 +54,7 @@ if str(REPO_ROOT) not in sys.path:  # convert_original_weights.py is a top-level
 import modeling_elmo  # noqa: E402  (registers the Auto classes)
 from modeling_elmo import ElmoModel, ElmoTokenizer  # noqa: E402
 from modeling_elmo.commands.convert import main  # noqa: E402
-from modeling_elmo.utils.convert import ConversionError, convert  # noqa: E402
+from modeling_elmo.hub.convert import ConversionError, convert  # noqa: E402
 
 MAX_CHARS = 50
 ORIGINAL = {

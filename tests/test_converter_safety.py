@@ -30,7 +30,7 @@ from safetensors.torch import load_file
 
 from modeling_elmo import ElmoModel
 from modeling_elmo.commands.convert import main
-from modeling_elmo.utils.convert import ConversionError, convert, remove_stale_staging
+from modeling_elmo.hub.convert import ConversionError, convert, remove_stale_staging
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SMALL = {"lstm_dim": 32, "projection_dim": 8, "filters": [[1, 4], [2, 6], [3, 8]], "char_dim": 4, "n_highway": 1}
@@ -241,7 +241,7 @@ def test_unwritten_weights_are_refused_before_anything_is_allocated(tmp_path: Pa
     script = textwrap.dedent(
         f"""
         import resource
-        from modeling_elmo.utils.convert import ConversionError, convert
+        from modeling_elmo.hub.convert import ConversionError, convert
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         try:
             convert({str(options)!r}, {str(weights)!r}, {str(tmp_path / "out")!r}, progress=False)
@@ -433,7 +433,7 @@ def killed_overwrite(options: Path, weights: Path, out: Path, faults: str) -> No
 def test_sigkill_right_after_the_swap_leaves_the_new_output(small, tmp_path: Path):
     """Linux swaps the two folders in one step: a kill just after it leaves the new, complete output; the old
     folder, left in the marked staging folder, is removed by the next conversion."""
-    from modeling_elmo.utils.convert import _exchange
+    from modeling_elmo.hub.convert import _exchange
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -501,7 +501,7 @@ def test_empty_staging_folder_of_a_dead_process_is_removed(tmp_path: Path):
 @pytest.mark.parametrize("written", [0, 5], ids=["empty-marker", "cut-marker"])
 def test_staging_folder_killed_while_marking_is_removed(tmp_path: Path, written: int):
     """Killed while writing its marker (seen under load in CI): the folder holds only the start of the marker."""
-    from modeling_elmo.utils.convert import _MARKER
+    from modeling_elmo.hub.convert import _MARKER
 
     folder = tmp_path / f".out.partial-{DEAD_PID}-abcd"
     folder.mkdir()
@@ -511,7 +511,7 @@ def test_staging_folder_killed_while_marking_is_removed(tmp_path: Path, written:
 
 @pytest.mark.parametrize("content", ["not the marker", None], ids=["other-text", "other-file-too"])
 def test_folder_with_a_foreign_marker_is_kept(tmp_path: Path, content: str | None):
-    from modeling_elmo.utils.convert import _MARKER
+    from modeling_elmo.hub.convert import _MARKER
 
     folder = tmp_path / f".out.partial-{DEAD_PID}-abcd"
     folder.mkdir()
@@ -522,7 +522,7 @@ def test_folder_with_a_foreign_marker_is_kept(tmp_path: Path, content: str | Non
 
 
 def test_marked_staging_folder_of_a_dead_process_is_removed(tmp_path: Path):
-    from modeling_elmo.utils.convert import _make_staging
+    from modeling_elmo.hub.convert import _make_staging
 
     out = tmp_path / "out"
     child = os.fork()  # a process that makes a staging folder and ends
@@ -678,7 +678,7 @@ def test_plain_run_after_a_kill_between_the_renames_restores_and_refuses(small, 
 def test_refused_run_after_a_kill_after_the_swap_leaves_nothing_hidden(small, tmp_path: Path):
     """A kill just after the swap: the new output is complete and the previous one waits in the staging folder.
     A refused next run removes that folder (the killed run had replaced it, as asked) and says so."""
-    from modeling_elmo.utils.convert import _exchange
+    from modeling_elmo.hub.convert import _exchange
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from modeling_elmo.utils.demo_model import DEMO_MODEL_DIR
+from modeling_elmo.demo_models.model import DEMO_MODEL_DIR
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")

@@ -12,9 +12,9 @@ from safetensors.torch import load_file, save_file
 import modeling_elmo  # noqa: F401  (registers the pipelines)
 from modeling_elmo import ElmoModel
 from modeling_elmo.commands import demo_lm
-from modeling_elmo.commands.demo_lm import demo_language_model_path, load_demo_language_model
+from modeling_elmo.demo_models.language_model import demo_language_model_path, load_demo_language_model
+from modeling_elmo.demo_models.model import DEMO_MODEL_DIR
 from modeling_elmo.scoring_elmo import folder_has_softmax, score_sentences, top_layer_with_boundaries
-from modeling_elmo.utils.demo_model import DEMO_MODEL_DIR
 
 # WikiText-2 style (tokenized, lower and upper case, "@-@" joins): what the demo biLM was trained on.
 SENTENCES = [

@@ -148,7 +148,7 @@ def download_server(fixture_dir: Path, tmp_path_factory):
     import threading
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
-    from modeling_elmo.utils.download import RELEASED_MODELS
+    from modeling_elmo.hub.download import RELEASED_MODELS
 
     root = tmp_path_factory.mktemp("released")
     for model in RELEASED_MODELS.values():

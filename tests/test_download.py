@@ -26,7 +26,7 @@ from safetensors.numpy import load_file
 
 import elmo_cli as cli
 from modeling_elmo.commands.convert import main as convert_main
-from modeling_elmo.utils.download import (
+from modeling_elmo.hub.download import (
     RELEASED_MODELS,
     DownloadError,
     download_released_model,

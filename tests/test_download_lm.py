@@ -16,7 +16,7 @@ from softmax_format import vocabulary, write_softmax, write_vocab
 from test_download import serve
 
 import elmo_cli as cli
-from modeling_elmo.utils.download import RELEASED_MODELS, DownloadError, download_released_model, lm_head_urls
+from modeling_elmo.hub.download import RELEASED_MODELS, DownloadError, download_released_model, lm_head_urls
 
 LM = RELEASED_MODELS["original-lm"]
 

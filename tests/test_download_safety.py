@@ -24,7 +24,7 @@ import pytest
 from test_download import OPTIONS_PATH, SMALL, WEIGHTS_PATH, assert_same_weights, download, serve
 
 import elmo_cli as cli
-from modeling_elmo.utils.download import RELEASED_MODELS, DownloadError
+from modeling_elmo.hub.download import RELEASED_MODELS, DownloadError
 
 WEIGHTS_NAME = Path(SMALL.weights).name
 OPTIONS_NAME = Path(SMALL.options).name

@@ -151,7 +151,7 @@ def test_embed_usage_errors(tiny_dir, ptb_file, tmp_path, capsys):
 
 def test_embed_corpus_old_output_names_warn_and_still_work(tiny_dir):
     """``embed_corpus(output="layers"/"mean")``: the old names map to ``all``/``sentence_mean`` with a FutureWarning."""
-    from modeling_elmo.utils.embedding_elmo import embed_corpus
+    from modeling_elmo.inference.embed_corpus import embed_corpus
 
     model, tokenizer = ElmoModel.from_pretrained(tiny_dir).eval(), ElmoTokenizer.from_pretrained(tiny_dir)
     lines = ["A b c .", "", "D e ."]

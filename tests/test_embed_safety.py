@@ -22,7 +22,7 @@ import pytest
 
 import elmo_cli as cli
 from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.utils.embedding_elmo import embed_corpus
+from modeling_elmo.inference.embed_corpus import embed_corpus
 
 REPO = Path(__file__).resolve().parent.parent
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))

@@ -17,8 +17,8 @@ from helpers import BATCHING_ATOL, TINY
 
 import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from modeling_elmo.utils.embedding_elmo import _batches, embed_corpus
-from modeling_elmo.utils.token_cache import build_token_cache, token_cache_size
+from modeling_elmo.inference.embed_corpus import _batches, embed_corpus
+from modeling_elmo.inference.token_cache import build_token_cache, token_cache_size
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

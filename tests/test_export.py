@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from modeling_elmo import ElmoConfig, ElmoModel
-from modeling_elmo.utils.export_elmo import (
+from modeling_elmo.inference.export import (
     ElmoExportWrapper,
     ElmoOnnxSession,
     check_export_inputs,

@@ -22,10 +22,10 @@ from helpers import BATCHING_ATOL
 from transformers import AutoConfig, AutoModel, AutoTokenizer, pipeline
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from modeling_elmo.utils.demo_model import demo_model_path
-from modeling_elmo.utils.hub import FORBIDDEN_IMPORTS, remote_code, save_with_remote_code, shipped_files
-from modeling_elmo.utils.inference import embed_sentences, tf_hub_outputs
-from modeling_elmo.utils.model_card import GENERATED_MARKER, bilm_parameter_count, write_model_card
+from modeling_elmo.demo_models.model import demo_model_path
+from modeling_elmo.hub.model_card import GENERATED_MARKER, bilm_parameter_count, write_model_card
+from modeling_elmo.hub.remote_code import FORBIDDEN_IMPORTS, remote_code, save_with_remote_code, shipped_files
+from modeling_elmo.inference.tf_hub import embed_sentences, tf_hub_outputs
 
 REPO = Path(__file__).resolve().parent.parent
 SENTENCES = ["The cat sat on the mat.", "Hello!", "John Smith lives in New York."]

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.utils.demo_model import demo_model_path
+from modeling_elmo.demo_models.model import demo_model_path
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 REPO = Path(__file__).resolve().parents[1]

@@ -24,6 +24,8 @@ from softmax_format import vocabulary, write_softmax, write_vocab
 
 import modeling_elmo  # noqa: F401  (registers the Auto classes and pipelines)
 from modeling_elmo import ElmoForPreTraining, ElmoModel, ElmoTokenizer
+from modeling_elmo.hub.convert import ConversionError, convert
+from modeling_elmo.hub.convert_softmax import copy_softmax_weight
 from modeling_elmo.scoring_elmo import (
     ElmoSentenceScorer,
     load_language_model,
@@ -32,8 +34,6 @@ from modeling_elmo.scoring_elmo import (
     target_log_probs,
     top_layer_with_boundaries,
 )
-from modeling_elmo.utils.convert import ConversionError, convert
-from modeling_elmo.utils.convert_softmax import copy_softmax_weight
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "softmax-lm"
 REFERENCE = json.loads((FIXTURE / "reference.json").read_text(encoding="utf-8"))

@@ -54,16 +54,16 @@ def _library_files() -> list[Path]:
 @pytest.mark.parametrize(
     ("source", "package", "bad"),
     [
-        ("from ..commands.download import resolve_pretrained", "modeling_elmo.utils", True),
+        ("from ..commands.download import resolve_pretrained", "modeling_elmo.hub", True),
         ("from .commands import convert", "modeling_elmo", True),
         ("from .. import commands", "modeling_elmo.training", True),
-        ("def f():\n    import elmo_cli as cli\n", "modeling_elmo.utils", True),
+        ("def f():\n    import elmo_cli as cli\n", "modeling_elmo.hub", True),
         ("def f():\n    from elmo_cli import demo_model_path\n", "modeling_elmo.integrations", True),
         ("import importlib\nimportlib.import_module('modeling_elmo.commands.convert')", "modeling_elmo", True),
-        ("from modeling_elmo.commands.convert import convert", "modeling_elmo.utils", True),
-        ("from ..utils.download import resolve_pretrained", "modeling_elmo.training", False),
-        ("from .download import resolve_pretrained", "modeling_elmo.utils", False),
-        ("import elmo_cli_extra\nfrom ..commands_of_others import x", "modeling_elmo.utils", False),
+        ("from modeling_elmo.commands.convert import convert", "modeling_elmo.hub", True),
+        ("from ..hub.download import resolve_pretrained", "modeling_elmo.training", False),
+        ("from .download import resolve_pretrained", "modeling_elmo.hub", False),
+        ("import elmo_cli_extra\nfrom ..commands_of_others import x", "modeling_elmo.hub", False),
     ],
 )
 def test_the_check_finds_command_imports(source, package, bad):

@@ -24,8 +24,8 @@ from helpers import TINY, PickleBomb, copy_of
 from safetensors.torch import load_file, save_file
 
 from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
-from modeling_elmo.utils.export_elmo import ElmoExportWrapper, check_export_inputs, example_inputs
-from modeling_elmo.utils.token_cache import build_token_cache, token_cache_size
+from modeling_elmo.inference.export import ElmoExportWrapper, check_export_inputs, example_inputs
+from modeling_elmo.inference.token_cache import build_token_cache, token_cache_size
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZER = ElmoTokenizer()
@@ -410,7 +410,7 @@ def _embed_command(tmp_path: Path, model: str) -> list[str]:
 
 
 def test_unreachable_hub_fails_fast_and_clearly_in_the_command(tmp_path: Path):
-    """The command checks the Hub once before loading (``utils/hub.hub_local_files_only``; from_pretrained itself
+    """The command checks the Hub once before loading (``hub/remote_code.hub_local_files_only``; from_pretrained itself
     makes no network call of its own). Before: huggingface_hub's retries, ~24 s per file (212 s for `elmo
     embed`), then a misleading message."""
     env = _hub_env(tmp_path, f"http://127.0.0.1:{_closed_port()}")

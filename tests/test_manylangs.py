@@ -27,11 +27,11 @@ from test_download_safety import snapshot
 
 import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from modeling_elmo.utils.convert import ConversionError
-from modeling_elmo.utils.convert_manylangs import convert_manylangs, read_dictionary
-from modeling_elmo.utils.download import DownloadError, canonical_name, download_released_model
-from modeling_elmo.utils.download_manylangs import LANGUAGES, unpack_model, zip_url
-from modeling_elmo.utils.embedding_elmo import embed_corpus
+from modeling_elmo.hub.convert import ConversionError
+from modeling_elmo.hub.convert_manylangs import convert_manylangs, read_dictionary
+from modeling_elmo.hub.download import DownloadError, canonical_name, download_released_model
+from modeling_elmo.hub.download_manylangs import LANGUAGES, unpack_model, zip_url
+from modeling_elmo.inference.embed_corpus import embed_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -267,7 +267,7 @@ def test_heads_and_the_pipeline_pass_the_word_ids(converted):
     from transformers import pipeline
 
     from modeling_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
-    from modeling_elmo.utils.export_elmo import ElmoExportWrapper
+    from modeling_elmo.inference.export import ElmoExportWrapper
 
     folder = converted["with-words"]
     tokenizer = ElmoTokenizer.from_pretrained(folder)

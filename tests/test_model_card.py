@@ -8,8 +8,8 @@ import pytest
 from huggingface_hub import EvalResult, ModelCard
 
 from modeling_elmo import ElmoConfig
-from modeling_elmo.utils.demo_model import DEMO_MODEL_DIR
-from modeling_elmo.utils.model_card import GENERATED_MARKER, write_model_card
+from modeling_elmo.demo_models.model import DEMO_MODEL_DIR
+from modeling_elmo.hub.model_card import GENERATED_MARKER, write_model_card
 
 TINY = dict(lstm_dim=32, projection_dim=8, char_cnn_filters=[[1, 4], [2, 4]], n_highway=1, char_embedding_dim=4)
 F1 = EvalResult(

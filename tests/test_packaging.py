@@ -71,10 +71,10 @@ def test_wheel_installs_only_the_package(wheel):
     assert {t for t in top if not t.endswith(".dist-info")} == {"modeling_elmo", "elmo_cli.py"}, top
     package = {name.split("/", 1)[1] for name in names if name.startswith("modeling_elmo/") and name.count("/") == 1}
     assert package == SHIPPED, package ^ SHIPPED
-    demo = {Path(n).name for n in names if n.startswith("modeling_elmo/commands/demo_model/")}
+    demo = {Path(n).name for n in names if n.startswith("modeling_elmo/demo_models/demo_bilm/")}
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "vocab.txt"} <= demo
     assert not [n for n in demo if n.endswith(".py")]  # the demo model is data only
-    demo_lm = {Path(n).name for n in names if n.startswith("modeling_elmo/commands/demo_model_lm/")}
+    demo_lm = {Path(n).name for n in names if n.startswith("modeling_elmo/demo_models/demo_softmax/")}
     assert demo_lm == {"softmax.safetensors", "fit_results.json"}, demo_lm  # the demo's LM head, data only
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
 
@@ -132,7 +132,7 @@ def test_export_onnx_without_its_extra_names_the_extra():
     code = (
         "import torch\n"
         "from modeling_elmo import ElmoConfig, ElmoModel\n"
-        "from modeling_elmo.utils.export_elmo import ElmoExportWrapper, export_onnx\n"
+        "from modeling_elmo.inference.export import ElmoExportWrapper, export_onnx\n"
         "config = ElmoConfig(lstm_dim=8, projection_dim=4, char_cnn_filters=[[1, 4]], n_highway=0)\n"
         "try:\n"
         "    export_onnx(ElmoExportWrapper(ElmoModel(config)).eval(), 'x.onnx')\n"
@@ -157,7 +157,7 @@ def test_wheel_declares_the_plugin_extras_and_the_spacy_factory(wheel):
 
 def test_plugins_without_their_libraries_name_the_extra():
     code = (
-        "import modeling_elmo, modeling_elmo.integrations, modeling_elmo.utils.static_vectors\n"
+        "import modeling_elmo, modeling_elmo.integrations, modeling_elmo.inference.static_vectors\n"
         "for name, extra in [('sentence_transformers', 'sentence-transformers'), ('spacy', 'spacy')]:\n"
         "    try:\n"
         "        __import__('modeling_elmo.integrations.' + name)\n"

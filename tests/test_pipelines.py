@@ -202,8 +202,8 @@ def _conll_sentences(path, count: int) -> list[list[str]]:
 def trained_tagger(shared_data_dir, tmp_path_factory):
     pytest.importorskip("datasets")
     pytest.importorskip("seqeval")
+    from modeling_elmo.demo_models.model import demo_model_path
     from modeling_elmo.training import train_tagger
-    from modeling_elmo.utils.demo_model import demo_model_path
 
     out = tmp_path_factory.mktemp("trained") / "tagger"
     args = (

@@ -7,8 +7,8 @@ import torch
 
 from elmo_cli import main
 from modeling_elmo import ElmoModel
-from modeling_elmo.utils.demo_model import DEMO_MODEL_DIR
-from modeling_elmo.utils.plots import save_scalar_mix_plot, scalar_mix_weights
+from modeling_elmo.demo_models.model import DEMO_MODEL_DIR
+from modeling_elmo.plots import save_scalar_mix_plot, scalar_mix_weights
 
 pytest.importorskip("matplotlib")
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -17,8 +17,8 @@ from helpers import TINY
 
 import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from modeling_elmo.utils.demo_model import demo_model_path
-from modeling_elmo.utils.precision import (
+from modeling_elmo.demo_models.model import demo_model_path
+from modeling_elmo.inference.precision import (
     CPU_FLAGS,
     DOCUMENTED_MIN_COSINE,
     INT8_FULL_RANGE,
@@ -27,7 +27,7 @@ from modeling_elmo.utils.precision import (
     cpu_capabilities,
     load_for_inference,
 )
-from modeling_elmo.utils.quantize_elmo import Int8BiLstmLayer, needs_reduced_range
+from modeling_elmo.inference.quantize import Int8BiLstmLayer, needs_reduced_range
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -74,7 +74,7 @@ def test_this_cpus_features_are_its_flags_and_its_kernels_answers():
     assert choose_precision("cpu") == choose_precision("cpu", capabilities=found)
 
 
-_LIMITED = "from modeling_elmo.utils.precision import choose_precision; print(choose_precision('cpu').name)"
+_LIMITED = "from modeling_elmo.inference.precision import choose_precision; print(choose_precision('cpu').name)"
 
 
 def test_kernels_limited_to_avx2_choose_float32():

@@ -29,8 +29,8 @@ from modeling_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
+from modeling_elmo.inference.quantize import Int8BiLstmLayer, Int8Linear, needs_reduced_range, quantize_int8
 from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
-from modeling_elmo.utils.quantize_elmo import Int8BiLstmLayer, Int8Linear, needs_reduced_range, quantize_int8
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -291,7 +291,7 @@ import copy, sys, torch
 sys.path.insert(0, "tests")
 from helpers import TINY
 from modeling_elmo import ElmoConfig, ElmoModel
-from modeling_elmo.utils.quantize_elmo import quantize_int8
+from modeling_elmo.inference.quantize import quantize_int8
 torch.manual_seed(0)
 model = ElmoModel(ElmoConfig(**TINY)).eval()
 ids = torch.randint(1, 200, (3, 9, 50))

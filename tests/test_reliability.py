@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.characters import BOS_TOKEN, EOS_TOKEN, word_to_char_ids
-from modeling_elmo.utils.token_cache import build_token_cache
+from modeling_elmo.inference.token_cache import build_token_cache
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZER = ElmoTokenizer()
@@ -419,7 +419,7 @@ def staging(parent: Path, name: str) -> list[Path]:
 def test_converter_killed_while_writing_leaves_no_output(tmp_path: Path):
     from original_format import write_original_model
 
-    from modeling_elmo.utils.convert import convert
+    from modeling_elmo.hub.convert import convert
 
     options, weights = write_original_model(tmp_path / "original", **BIG)  # ~40 MB of weights
     out = tmp_path / "converted"
@@ -458,7 +458,7 @@ def test_converter_killed_while_writing_leaves_no_output(tmp_path: Path):
 
 
 def test_stale_staging_of_live_process_is_kept(tmp_path: Path):
-    from modeling_elmo.utils.convert import _make_staging, remove_stale_staging
+    from modeling_elmo.hub.convert import _make_staging, remove_stale_staging
 
     out = tmp_path / "model"
     live = _make_staging(out)  # this process's own: alive
@@ -512,7 +512,7 @@ _STREAM_SCRIPT = textwrap.dedent(
     """
     import resource, sys, torch
     from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-    from modeling_elmo.utils.embedding_elmo import embed_corpus
+    from modeling_elmo.inference.embed_corpus import embed_corpus
     torch.manual_seed(0)
     torch.set_num_threads(1)
     config = ElmoConfig(char_embedding_dim=4, char_cnn_filters=[[1, 4], [2, 8], [3, 8]], n_highway=1,

@@ -27,8 +27,8 @@ from transformers import (
 )
 
 from modeling_elmo import ElmoConfig, ElmoForSequenceClassification, ElmoModel, ElmoTokenizer
+from modeling_elmo.hub.remote_code import save_with_remote_code
 from modeling_elmo.modeling_elmo_classification import pool_words
-from modeling_elmo.utils.hub import save_with_remote_code
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

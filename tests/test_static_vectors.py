@@ -10,8 +10,8 @@ import torch
 
 import elmo_cli as cli
 from modeling_elmo import ElmoModel, ElmoTokenizer
-from modeling_elmo.utils.demo_model import demo_model_path
-from modeling_elmo.utils.static_vectors import export_word2vec, read_word_list
+from modeling_elmo.demo_models.model import demo_model_path
+from modeling_elmo.inference.static_vectors import export_word2vec, read_word_list
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

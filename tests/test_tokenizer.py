@@ -596,7 +596,7 @@ def test_a_save_is_plain_unless_remote_code_is_asked_for(tmp_path):
     """Issue 27: a saved tokenizer holds no code and no auto_map; inside ``remote_code`` (transformers'
     register_for_auto_class) it names its code and copies it, and afterwards saves are plain again."""
     from modeling_elmo import ElmoConfig, ElmoModel
-    from modeling_elmo.utils.hub import remote_code
+    from modeling_elmo.hub.remote_code import remote_code
 
     ElmoTokenizer().save_pretrained(tmp_path / "plain")
     assert "auto_map" not in json.loads((tmp_path / "plain" / "tokenizer_config.json").read_text())

@@ -16,8 +16,8 @@ import torch
 from huggingface_hub import ModelCard
 
 import elmo_cli as cli
+from modeling_elmo.inference.token_cache import build_token_cache
 from modeling_elmo.training import train_lm
-from modeling_elmo.utils.token_cache import build_token_cache
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_LM = (

@@ -7,8 +7,8 @@ Command::
     elmo convert --manylangs_dir DIR --output_dir OUT [--overwrite]
 
 or ``python convert_original_weights.py ...`` from a checkout, or ``elmo-convert ...``. The conversion itself, with
-its checks and its atomic output folder, is library code: ``modeling_elmo.utils.convert`` (:func:`convert`) and
-``modeling_elmo.utils.convert_manylangs``.
+its checks and its atomic output folder, is library code: ``modeling_elmo.hub.convert`` (:func:`convert`) and
+``modeling_elmo.hub.convert_manylangs``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import os
 import sys
 
-from ..utils.convert import ConversionError, convert
+from ..hub.convert import ConversionError, convert
 
 
 def push_to_hub(folder: str | os.PathLike, repo_id: str, private: bool | None = None) -> str:
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     try:
         if args.manylangs_dir is not None:
-            from ..utils.convert_manylangs import convert_manylangs
+            from ..hub.convert_manylangs import convert_manylangs
 
             out = convert_manylangs(args.manylangs_dir, args.output_dir, overwrite=args.overwrite)
         else:

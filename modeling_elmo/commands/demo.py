@@ -52,7 +52,7 @@ class DemoModels:
 
             lm = ElmoForPreTraining.from_pretrained(resolve_model(model)).to(torch_device).eval()
         elif model is None:  # the bundled demo biLM: its softmax ships beside it (demo_model_lm)
-            from .demo_lm import has_demo_language_model, load_demo_language_model
+            from ..demo_models.language_model import has_demo_language_model, load_demo_language_model
 
             if has_demo_language_model():
                 lm = load_demo_language_model()[0].to(torch_device)
@@ -79,7 +79,7 @@ class DemoModels:
 
         Returns ``(figure, markdown)``.
         """
-        from ..utils.plots import similarity_figure
+        from ..plots import similarity_figure
 
         word, sentences = word.strip(), [line.strip() for line in text.splitlines() if line.strip()]
         if not word or len(sentences) < 2:

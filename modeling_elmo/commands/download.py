@@ -6,7 +6,7 @@ Command::
     elmo download --list
 
 prints the converted folder's path on stdout. The download, its checks and the cache are library code, in
-``modeling_elmo.utils.download`` (``download_released_model``, ``resolve_pretrained``), which also serves
+``modeling_elmo.hub.download`` (``download_released_model``, ``resolve_pretrained``), which also serves
 ``--model NAME`` of the other commands.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..utils.download import (
+from ..hub.download import (
     ALIASES,
     BASE_URL_ENV,
     CACHE_DIR_ENV,
@@ -27,7 +27,7 @@ from ..utils.download import (
     model_urls,
     released_model_names,
 )
-from ..utils.download_manylangs import list_models
+from ..hub.download_manylangs import list_models
 
 
 def _list_models(base_url: str | None) -> str:

@@ -2,7 +2,7 @@
 
     elmo export-vectors --vocab_file vocab.txt --output_file vectors.txt [--binary] [--model M]
 
-Python: ``modeling_elmo.utils.static_vectors.export_word2vec``.
+Python: ``modeling_elmo.inference.static_vectors.export_word2vec``.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None, prog: str = "elmo export-vectors") -> in
         raise CliError(f"{args.output_file} exists; pass --overwrite to replace it")
     check_device_name(args.device)
 
-    from ..utils.static_vectors import export_word2vec, read_word_list
+    from ..inference.static_vectors import export_word2vec, read_word_list
 
     try:
         words = read_word_list(args.vocab_file)

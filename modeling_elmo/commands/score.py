@@ -6,7 +6,7 @@ Command::
 
 ``--model`` is a folder converted with ``elmo convert --softmax_weight_file`` (an ``ElmoForPreTraining``), a
 released LM name (``original-lm``, ``original-5.5B-lm``: downloaded and converted on first use), or ``demo``: the
-bundled toy demo biLM with its softmax, where the package has it (see ``modeling_elmo.commands.demo_lm``).
+bundled toy demo biLM with its softmax, where the package has it (see ``modeling_elmo.demo_models.language_model``).
 FILE holds one sentence per line (``-``: stdin). Each output line is ``{"tokens", "forward_logprob", "backward_logprob",
 "perplexity"}`` (see ``modeling_elmo.scoring_elmo``).
 """
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None, prog: str = "elmo score") -> int:
         "--model",
         required=True,
         help="a folder converted with --softmax_weight_file, original-lm / original-5.5B-lm (downloaded once), or "
-        "demo (the bundled toy biLM, once its softmax ships: modeling_elmo/commands/demo_model_lm)",
+        "demo (the bundled toy biLM, once its softmax ships: modeling_elmo/demo_models/demo_softmax)",
     )
     parser.add_argument("-o", "--output", help="write the JSON lines here (default: stdout)")
     parser.add_argument("--tokenized", action="store_true", help="lines are tokenized: split on whitespace only")
@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None, prog: str = "elmo score") -> int:
 
     from elmo_cli import CliError, resolve_device
 
+    from ..demo_models.language_model import DEMO_NAME, load_demo_language_model
+    from ..hub.download import resolve_pretrained
     from ..scoring_elmo import ElmoSentenceScorer, load_language_model
-    from ..utils.download import resolve_pretrained
-    from .demo_lm import DEMO_NAME, load_demo_language_model
 
     try:
         device = resolve_device(args.device)

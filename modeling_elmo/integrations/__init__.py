@@ -5,7 +5,7 @@ Each lives in its own module, which imports its library; this package imports no
 - ``modeling_elmo.integrations.sentence_transformers``: ``ElmoModule`` (the ``[sentence-transformers]`` extra).
 - ``modeling_elmo.integrations.spacy``: the ``"elmo"`` pipeline factory (the ``[spacy]`` extra).
 
-Static word2vec vectors (for gensim) are written by ``modeling_elmo.utils.static_vectors``.
+Static word2vec vectors (for gensim) are written by ``modeling_elmo.inference.static_vectors``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ def resolve_model_path(model: str | os.PathLike | None) -> str:
     """A model folder, Hub id or released model's name as a folder or Hub id; ``None`` or ``"demo"``: the bundled
     demo model (a toy-sized biLM trained on WikiText-2 by this project, not the released ELMo)."""
     if model is None or model == "demo":
-        from ..utils.demo_model import demo_model_path
+        from ..demo_models.model import demo_model_path
 
         return str(demo_model_path())
-    from ..utils.download import resolve_pretrained
+    from ..hub.download import resolve_pretrained
 
     return resolve_pretrained(os.fspath(model))
 

@@ -37,11 +37,11 @@ from transformers.training_args import OptimizerNames
 from transformers.utils import logging as hf_logging
 
 from ..configuration_elmo import ElmoConfig
+from ..hub.download import resolve_pretrained
+from ..hub.model_card import hub_model_id, metric_results, write_model_card
+from ..hub.remote_code import remote_code
 from ..modeling_elmo_pretraining import ElmoForPreTraining
 from ..tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
-from ..utils.download import resolve_pretrained
-from ..utils.hub import remote_code
-from ..utils.model_card import hub_model_id, metric_results, write_model_card
 from .arguments import ElmoArgumentParser
 from .checkpoints import checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers

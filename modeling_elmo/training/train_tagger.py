@@ -46,10 +46,10 @@ import torch
 from transformers import IntervalStrategy, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
-from ..utils.download import close_released_name, resolve_pretrained
-from ..utils.hub import remote_code, save_with_remote_code
-from ..utils.model_card import SCALAR_MIX_PLOT, hub_model_id, metric_results, write_model_card
-from ..utils.token_cache import build_token_cache
+from ..hub.download import close_released_name, resolve_pretrained
+from ..hub.model_card import SCALAR_MIX_PLOT, hub_model_id, metric_results, write_model_card
+from ..hub.remote_code import remote_code, save_with_remote_code
+from ..inference.token_cache import build_token_cache
 from .arguments import ElmoArgumentParser
 from .checkpoints import CHECKPOINT_PATTERN, checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
@@ -1088,7 +1088,7 @@ def _train(
 
 def write_scalar_mix_plot(model, output_dir: str | os.PathLike) -> Path | None:
     """Plot the tagger's learned scalar-mix weights into ``output_dir`` (none without ELMo mixes or matplotlib)."""
-    from ..utils.plots import save_scalar_mix_plot, scalar_mix_weights
+    from ..plots import save_scalar_mix_plot, scalar_mix_weights
 
     mixes = scalar_mix_weights(model)
     if not mixes:

@@ -22,9 +22,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..utils.demo_model import DEMO_MODEL_DIR
+from .model import DEMO_MODEL_DIR
 
-DEMO_LM_DIR = Path(__file__).resolve().parent / "demo_model_lm"
+DEMO_LM_DIR = Path(__file__).resolve().parent / "demo_softmax"
 DEMO_SOFTMAX_FILE = DEMO_LM_DIR / "softmax.safetensors"
 DEMO_NAME = "demo"  # what --model accepts for it (an existing folder of that name wins)
 
@@ -118,13 +118,13 @@ def demo_language_model_path(cache_dir: str | os.PathLike | None = None) -> Path
     ```python
     from transformers import pipeline
 
-    from modeling_elmo.commands.demo_lm import demo_language_model_path
+    from modeling_elmo.demo_models.language_model import demo_language_model_path
 
     fill = pipeline("elmo-fill-mask", model=demo_language_model_path())
     ```
     """
     _require()
-    from ..utils.download import default_cache_dir
+    from ..hub.download import default_cache_dir
 
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     target = cache / f"demo-lm-{_fingerprint()}"

@@ -1,6 +1,6 @@
 """The model card of the bundled demo model, built like every other card (``model_card.write_model_card``).
 
-``scripts/train_demo_model.sh`` calls it after training; ``python -m modeling_elmo.commands.demo_model_card``
+``scripts/train_demo_model.sh`` calls it after training; ``python -m modeling_elmo.demo_models.model_card``
 rewrites the card of the bundled folder from its ``eval_results.json``.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 from huggingface_hub import EvalResult
 
 from ..configuration_elmo import ElmoConfig
-from ..utils.demo_model import DEMO_MODEL_DIR
-from ..utils.model_card import write_model_card
+from ..hub.model_card import write_model_card
+from .model import DEMO_MODEL_DIR
 
 
 def write_demo_card(folder: str | os.PathLike, results: dict[str, Any]) -> Path:

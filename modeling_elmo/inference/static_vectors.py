@@ -5,7 +5,7 @@ before the biLSTMs see any context, so it is one vector per word and can stand i
 tools that read that format (gensim's ``KeyedVectors.load_word2vec_format``, spaCy's ``init vectors``...).
 
     from modeling_elmo import ElmoModel, ElmoTokenizer
-    from modeling_elmo.utils.static_vectors import export_word2vec, read_word_list
+    from modeling_elmo.inference.static_vectors import export_word2vec, read_word_list
 
     words = read_word_list("vocab.txt")
     export_word2vec(model, tokenizer, words, "vectors.txt")          # text

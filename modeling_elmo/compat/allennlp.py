@@ -4,7 +4,7 @@ An AllenNLP-based model migrates by changing its imports::
 
     # from allennlp.modules.elmo import Elmo, batch_to_ids
     # from allennlp.commands.elmo import ElmoEmbedder
-    from modeling_elmo.utils.allennlp_compat import Elmo, ElmoEmbedder, batch_to_ids
+    from modeling_elmo.compat.allennlp import Elmo, ElmoEmbedder, batch_to_ids
 
     elmo = Elmo(options_file, weight_file, num_output_representations=2, dropout=0.5)
     out = elmo(batch_to_ids([["I", "ate", "an", "apple"], ["Hi"]]))
@@ -48,8 +48,8 @@ from torch import nn
 
 from ..characters import MAX_CHARACTERS_PER_TOKEN, word_to_char_ids
 from ..configuration_elmo import ElmoConfig
+from ..inference.token_cache import build_token_cache
 from ..modeling_elmo import ElmoLstmState, ElmoModel, ElmoScalarMix
-from .token_cache import build_token_cache
 
 DEFAULT_BATCH_SIZE = 64  # AllenNLP's ElmoEmbedder default
 EMBED_FILE_FORMATS = ("all", "top", "average")
@@ -125,7 +125,7 @@ def load_elmo_model(
         # The compat classes carry the state themselves (stateful=...), whatever the folder's config says. The
         # folder's own scalar mixes are left out quietly: ElmoModel declares them (_keys_to_ignore_on_load_unexpected).
         return ElmoModel.from_pretrained(options_file, num_output_representations=0, stateful=False).eval()
-    from .convert import read_original_weights
+    from ..hub.convert import read_original_weights
 
     config = ElmoConfig.from_options(options_file, num_output_representations=0)
     model = ElmoModel(config)
@@ -366,7 +366,7 @@ class ElmoEmbedder:
             forget_sentences: write no ``sentence_to_index``.
             use_sentence_keys: not supported (keys by sentence break on ``/``): ``sentence_to_index`` maps them.
         """
-        from .embedding_file import remove_file, temp_name, write_sentences  # shared with `elmo embed`
+        from ..inference.hdf5_file import remove_file, temp_name, write_sentences  # shared with `elmo embed`
 
         if output_format not in EMBED_FILE_FORMATS:
             raise ValueError(f"output_format must be one of {EMBED_FILE_FORMATS}, got {output_format!r}")

@@ -33,8 +33,8 @@ from ..configuration_elmo import ElmoConfig
 from ..manylangs import BOS_WORD, EOS_WORD, MARKS, WORD_MARKS
 from ..modeling_elmo import ElmoModel
 from ..tokenization_elmo import ElmoTokenizer
-from ..utils.model_card import write_model_card
 from .convert import ConversionError, _check_readable, check_output_dir_early, install_output_dir
+from .model_card import write_model_card
 
 FILES = ("char.dic", "word.dic", "encoder.pkl", "token_embedder.pkl", "config.json")
 # The architecture of the released models: the package's configs/cnn_50_100_512_4096_sample.json (and

@@ -1,6 +1,6 @@
 """Where the bundled demo model lives: its folder, a plain saved biLM that ``from_pretrained`` loads.
 
-The folder's files are package data under ``modeling_elmo/commands/demo_model`` (the commands use it without
+The folder's files are package data under ``modeling_elmo/demo_models/demo_bilm`` (the commands use it without
 ``--model``); this module only names the folder, for the library and the commands alike.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-DEMO_MODEL_DIR = Path(__file__).resolve().parent.parent / "commands" / "demo_model"
+DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_bilm"
 
 
 def demo_model_path() -> Path:
@@ -22,7 +22,7 @@ def demo_model_path() -> Path:
 
     ```python
     from modeling_elmo import ElmoModel, ElmoTokenizer
-    from modeling_elmo.utils.demo_model import demo_model_path
+    from modeling_elmo.demo_models.model import demo_model_path
 
     model = ElmoModel.from_pretrained(demo_model_path())
     tokenizer = ElmoTokenizer.from_pretrained(demo_model_path())

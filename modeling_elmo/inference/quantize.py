@@ -1,7 +1,7 @@
 """Int8 inference: the biLM's matrix products with int8 weights and dynamically quantized int8 activations.
 
     from modeling_elmo import ElmoModel
-    from modeling_elmo.utils.quantize_elmo import quantize_int8
+    from modeling_elmo.inference.quantize import quantize_int8
 
     model = quantize_int8(ElmoModel.from_pretrained("elmo-original").eval())   # CPU, float32 model, in place
     tagger = quantize_int8(ElmoForTokenClassification.from_pretrained("my-tagger"))  # its biLM; the head stays

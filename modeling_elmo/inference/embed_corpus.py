@@ -1,7 +1,7 @@
 """Embed a corpus of any size with bounded memory: length-bucketed batches, results in input order.
 
     from modeling_elmo import ElmoModel, ElmoTokenizer
-    from modeling_elmo.utils.embedding_elmo import embed_corpus
+    from modeling_elmo.inference.embed_corpus import embed_corpus
 
     for index, layers in embed_corpus(model, tokenizer, open("corpus.txt")):
         ...  # layers: (L + 1, words, 2P) numpy array of sentence `index`

@@ -1,6 +1,6 @@
 """``precision="auto"``: the fastest precision whose error this device keeps within the documented bound.
 
-    from modeling_elmo.utils.precision import choose_precision, load_for_inference
+    from modeling_elmo.inference.precision import choose_precision, load_for_inference
 
     choice = choose_precision("cpu")              # PrecisionChoice(name="int8", reason="...")
     model = load_for_inference("elmo-original")   # precision="auto": loads float32, bfloat16 or int8, logs which
@@ -72,7 +72,7 @@ def cpu_capabilities() -> frozenset[str]:
     The kernels are asked as well as the flags: a kernel limited by the environment (``ONEDNN_MAX_CPU_ISA``,
     ``FBGEMM_ENABLE_INSTRUCTIONS``) does not use the units the flags list.
     """
-    from .quantize_elmo import needs_reduced_range
+    from .quantize import needs_reduced_range
 
     found = _cpuinfo_flags() & set(CPU_FLAGS)
     if torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported():
@@ -125,7 +125,7 @@ def load_for_inference(
     int8 only its biLM is quantized, its head stays float32). The choice is also in ``model.inference_precision``.
     """
     from ..modeling_elmo import ElmoModel
-    from .quantize_elmo import quantize_int8
+    from .quantize import quantize_int8
 
     device = torch.device(device)
     if precision == "auto":

@@ -1,7 +1,7 @@
 """Convert an original ELMo model (AllenNLP/bilm-tf ``options.json`` + HDF5 weights) to a Hugging Face folder.
 
 :func:`convert` writes the folder; :func:`read_original_weights` reads the HDF5 weights alone, as an
-``ElmoModel`` state dict (``utils/allennlp_compat`` loads the original files in memory with it). The command is
+``ElmoModel`` state dict (``compat/allennlp.py`` loads the original files in memory with it). The command is
 ``elmo convert`` (``modeling_elmo.commands.convert``). The folder holds ``config.json``,
 ``model.safetensors`` (float32) and the tokenizer files, and loads with ``ElmoModel.from_pretrained(OUT)``
 and ``ElmoTokenizer.from_pretrained(OUT)`` (or the Auto classes once ``modeling_elmo`` is imported).
@@ -45,8 +45,8 @@ from tqdm.auto import tqdm
 from ..configuration_elmo import ElmoConfig
 from ..modeling_elmo import ElmoModel
 from ..tokenization_elmo import ElmoTokenizer
-from ..utils.hub import save_with_remote_code
-from ..utils.model_card import write_model_card
+from .model_card import write_model_card
+from .remote_code import save_with_remote_code
 
 
 class ConversionError(ValueError):
@@ -289,7 +289,7 @@ def convert(
         softmax_weight_file: the released LM softmax (HDF5 ``softmax/W`` (V, P), ``softmax/b`` (V,)); needs
             ``vocab_file`` (V lines). The folder is then an ``ElmoForPreTraining`` one with that softmax, written in
             safetensors shards with bounded memory (see ``convert_softmax``).
-        remote_code: also write the code files and ``auto_map`` (``utils/hub.save_with_remote_code``), so that the
+        remote_code: also write the code files and ``auto_map`` (``hub/remote_code.save_with_remote_code``), so that the
             folder loads without this package, with ``trust_remote_code=True``. Default: a plain folder.
 
     Returns:

@@ -177,7 +177,7 @@ def write_sentences(
     import h5py
     import numpy as np
 
-    from .embedding_elmo import embed_corpus
+    from .embed_corpus import embed_corpus
 
     if sentence_index not in ("json", "list", "none"):
         raise ValueError(f"sentence_index must be 'json', 'list' or 'none', got {sentence_index!r}")

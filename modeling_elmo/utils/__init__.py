@@ -1,1 +1,0 @@
-"""Helpers around the model: corpus embedding, export, and the step-by-step reference path (not shipped)."""
