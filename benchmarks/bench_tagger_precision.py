@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 
 from modeling_elmo.inference.quantize import needs_reduced_range, quantize_int8
-from modeling_elmo.training.train_tagger import detect_scheme, iob1_to_bio, load_tagger, read_conll
+from modeling_elmo.training.tagging_data import detect_scheme, iob1_to_bio, read_conll
+from modeling_elmo.training.train_tagger import load_tagger
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent

@@ -26,8 +26,8 @@ import statistics
 
 import torch
 
-from elmo_cli import SIMILAR_EXAMPLES, word_similarities
 from modeling_elmo import ElmoModel, ElmoTokenizer
+from modeling_elmo.commands.similar import SIMILAR_EXAMPLES, word_similarities
 from modeling_elmo.demo_models.model import demo_model_path
 
 DISPLAYED = 2  # sentences per sense that the command shows; the rest are held out

@@ -17,10 +17,9 @@ decided by ``requires_grad`` alone: the biLM runs without autograd only when non
 grad. ElmoPreTrainedModel.from_pretrained is the one post-load hook (``apply_freezing``) of all heads, and
 ``_init_weights`` holds the initialisation policies (``init_pretraining_scales`` for the LM head's biLM).
 
-Beside this file: ``fast_path_elmo.py``, the LSTM's CPU fast path (prepacked oneDNN products), which
-``ElmoBiLstmLayer.forward`` chooses at one place; ``lstm_state_elmo.py``, the LSTM state carried between calls
-(``ElmoLstmState``); ``checks_elmo.py``, the input and loading checks; inference helpers
-(TF-Hub's outputs, ``embed_sentences``, the token cache) are in ``modeling_elmo/inference/``.
+Beside this file: ``fast_path_elmo.py`` (the LSTM's CPU fast path, chosen at one place in
+``ElmoBiLstmLayer.forward``), ``lstm_state_elmo.py`` (``ElmoLstmState``), ``checks_elmo.py`` (input and loading
+checks); inference helpers are in ``modeling_elmo/inference/``.
 
 The paper's 2L + 1 representations of a word (x, and forward and backward h of each LSTM layer)
 are returned as L + 1 tensors of width 2P: ``[x; x]`` and ``[forward_h_j; backward_h_j]``, j = 1..L.
@@ -207,11 +206,10 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
 
     # The three matrix products of a step, plain (batched over the directions). Where the CPU fast path applies
     # (fast_path_elmo.PrepackedProducts), its products replace them; subclasses may compute them otherwise (the int8
-    # layer of ``modeling_elmo.inference.quantize``). The recurrence in ``forward`` stays the same. The fast path's
-    # settings: ``use_prepacked_weights = False`` turns it off; it serves weights of at least
-    # ``prepack_min_elements`` per direction and, in float32, products of at least ``prepack_min_rows`` rows (for
-    # smaller weights, oneDNN's per-call overhead costs more than the re-layout it saves, and a float32 one-row
-    # product, a step of one sentence, ran 2x slower prepacked than with bmm; in bfloat16 it ran 2.5x faster).
+    # layer of ``modeling_elmo.inference.quantize``); the recurrence stays the same. ``use_prepacked_weights = False``
+    # turns the fast path off; it serves weights of at least ``prepack_min_elements`` per direction and, in float32,
+    # products of at least ``prepack_min_rows`` rows (below, oneDNN's per-call overhead costs more than it saves: a
+    # float32 one-row product ran 2x slower prepacked than with bmm; in bfloat16 2.5x faster).
 
     use_prepacked_weights: bool = True
     prepack_min_elements: int = 1 << 20
@@ -519,11 +517,10 @@ class ElmoModelOutput(ModelOutput):
             ``config.stateful``, or ``return_lstm_state=True``); otherwise ``None``. ``lstm_state[b]`` is row
             ``b``'s alone.
 
-    Why the mixes are one batch-first tensor: every field must be indexable by batch row, because transformers'
-    pipelines split a batched output into its sentences by indexing each field with the sentence's row
-    (``PipelineIterator.loader_batch_item``; only ``hidden_states``/``attentions`` tuples are special-cased). A
-    field holding the tuple of mixes would be indexed by mix instead: the wrong vectors, or an ``IndexError``.
-    AllenNLP's form stays available, as [`elmo_representations`] (also ``out["elmo_representations"]``).
+    Why the mixes are one batch-first tensor: transformers' pipelines split a batched output into sentences by
+    indexing every field with the sentence's row (``PipelineIterator.loader_batch_item``; only ``hidden_states`` and
+    ``attentions`` tuples are special-cased), so a tuple of mixes would be indexed by mix: wrong vectors, or an
+    ``IndexError``. AllenNLP's form stays available: [`elmo_representations`] (``out["elmo_representations"]``).
     """
 
     elmo: torch.Tensor | None = None
@@ -577,12 +574,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
         - Weights must be floating point and finite: tensors of integer, bool or complex dtype (read from the
           files' headers) or with NaN or infinite values raise ``ValueError`` naming them.
         - The biLM's weights (``char_cnn.*``, ``bilm.*``) must all come from the checkpoint: missing or in excess
-          (e.g. another ``n_layers``) they raise ``ValueError`` listing them (transformers would initialise a
-          missing biLM with a warning: a random biLM gives plausible-looking, meaningless vectors). Weights of the
-          wrong shape raise transformers' own error after its load report (``ignore_mismatched_sizes=True``
-          re-initialises them instead, as for any model). New heads are declared in each head's
-          ``_keys_to_ignore_on_load_missing``. ``from_pretrained(None, config=..., state_dict=...)`` initialises
-          what the given state lacks, as transformers does.
+          (e.g. another ``n_layers``) they raise ``ValueError`` listing them (a random biLM gives plausible-looking,
+          meaningless vectors). Weights of the wrong shape raise transformers' error after its load report
+          (``ignore_mismatched_sizes=True`` re-initialises them). A new head is initialised, and transformers'
+          report lists it. ``from_pretrained(None, config=..., state_dict=...)`` initialises what the state lacks.
         - A source that cannot be a model fails at once (``OSError``): a folder without ``config.json`` (unless
           ``config`` is given), and a name that is no path and no ``owner/name`` Hub id, such as a released
           model's short name (``configuration_elmo.check_model_name``). Hub ids are transformers' to download.
@@ -627,10 +622,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory: str | os.PathLike, *args, **kwargs) -> None:
         """As ``PreTrainedModel.save_pretrained``; the weight files then get the mode of a new file under the user's
-        umask (transformers writes them 0600, readable by their owner alone). A plain folder: config and weights,
-        with code files and ``auto_map`` only when remote code was asked for (``register_for_auto_class``, see
-        ``modeling_elmo.hub.remote_code``). A config read from a remote-code folder keeps that folder's ``auto_map``: it
-        is left out of a plain save, whose folder holds no code for it to name."""
+        umask (transformers writes them 0600). A plain folder: config and weights, with code files and ``auto_map``
+        only when remote code was asked for (``register_for_auto_class``, see ``modeling_elmo.hub.remote_code``); the
+        ``auto_map`` of a config read from a remote-code folder is left out of a plain save (it has no code to name)."""
         int8 = [name for name, module in self.named_modules() if getattr(module, "holds_int8_weights", False)]
         if int8:  # refused before anything is written: int8 weights are packed outside the state dict
             raise ValueError(

@@ -110,7 +110,8 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
     r"""ELMo sequence tagger: word-level tags (e.g. CoNLL NER) from a (by default frozen) biLM.
 
     ``self.elmo`` is an [`ElmoModel`] (``base_model_prefix = "elmo"``), so a converted or trained
-    ``ElmoModel`` folder loads straight into it; the head is new:
+    ``ElmoModel`` folder loads straight into it; the head is new (transformers' load report lists it as newly
+    initialised, until it is trained and saved):
 
     ```python
     model = ElmoForTokenClassification.from_pretrained(
@@ -131,9 +132,12 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
     ``model.freeze_bilm(False)``) trains the whole biLM too; gradient checkpointing of its layers then works.
     """
 
-    # A tagger built from a biLM folder (converted, or written by `elmo train-lm`): the head and the scalar mixes are
-    # new (expected missing), and the folder may hold other scalar mixes or an LM softmax (expected in excess).
-    _keys_to_ignore_on_load_missing = [r"^(word_embeddings|encoder|classifier|crf)\.", r"(^|\.)scalar_mixes\."]
+    # A tagger built from a biLM folder (converted, or written by `elmo train-lm`): its head (word_embeddings, encoder,
+    # classifier, crf) is new and NOT declared, so that transformers' load report says that the tagger is untrained
+    # (`elmo train-tagger` asks for the loading info instead). Declared: only what is optional in the base model, as
+    # ElmoModel declares it: the scalar mixes, which the released biLMs do not have and which start as the plain
+    # average of the layers; in excess, other mixes or an LM softmax.
+    _keys_to_ignore_on_load_missing = [r"(^|\.)scalar_mixes\."]
     _keys_to_ignore_on_load_unexpected = [r"(^|\.)scalar_mixes\.", r"^softmax\."]
 
     def __init__(self, config: ElmoConfig):

@@ -27,23 +27,44 @@ def _pyplot():
     return plt
 
 
+# What keeps a heatmap's cost about linear in its rows n (a figure of n x n cells, one per layer, in a web server):
+# the values are written in the cells up to CELL_VALUES_MAX rows (n^2 text labels), every row and column is named
+# up to TICK_LABELS_MAX rows (then about that many ticks), and the figure grows with n up to MAX_FIGURE_HEIGHT.
+CELL_VALUES_MAX = 12
+TICK_LABELS_MAX = 30
+MAX_FIGURE_HEIGHT = 9.0  # inches
+
+
 def _short(text: str, width: int = 40) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def draw_similarity(ax, sim, labels: Sequence[str], title: str, show_labels: bool = True) -> None:
-    """Draw the ``(n, n)`` cosine matrix ``sim`` on ``ax``, with its values written in the cells."""
-    values = [[float(sim[i][j]) for j in range(len(labels))] for i in range(len(labels))]
-    low = min(0.0, min(min(row) for row in values))
+def draw_similarity(ax, sim, labels: Sequence[str], title: str, show_labels: bool = True):
+    """Draw the ``(n, n)`` cosine matrix ``sim`` on ``ax``; returns the image (for a colour bar).
+
+    Rows and columns are numbered from 1 (rows also named by ``labels`` when ``show_labels``). Up to
+    ``CELL_VALUES_MAX`` rows the values are written in the cells; past ``TICK_LABELS_MAX`` about that many ticks
+    are numbered, and no row is named.
+    """
+    import numpy as np
+
+    values = np.asarray(sim, dtype=np.float64)
+    n = len(labels)
+    if values.shape != (n, n):
+        raise ValueError(f"sim must be ({n}, {n}), one row and column per label, got {values.shape}")
+    low = min(0.0, float(values.min()))
     image = ax.imshow(values, vmin=low, vmax=1.0, cmap="viridis")
-    ticks = range(len(labels))
+    step = -(-n // TICK_LABELS_MAX)  # 1 up to TICK_LABELS_MAX rows
+    ticks = range(0, n, step)
     ax.set_xticks(ticks, [str(i + 1) for i in ticks])
-    ax.set_yticks(ticks, [f"{i + 1}: {_short(label)}" if show_labels else str(i + 1) for i, label in enumerate(labels)])
-    for i in ticks:
-        for j in ticks:
-            # Dark text on the bright (high) end of viridis, white on the dark end.
-            color = "black" if values[i][j] > low + 0.6 * (1.0 - low) else "white"
-            ax.text(j, i, f"{values[i][j]:.2f}", ha="center", va="center", color=color, fontsize=8)
+    named = show_labels and step == 1
+    ax.set_yticks(ticks, [f"{i + 1}: {_short(labels[i])}" if named else str(i + 1) for i in ticks])
+    if n <= CELL_VALUES_MAX:
+        for i in range(n):
+            for j in range(n):
+                # Dark text on the bright (high) end of viridis, white on the dark end.
+                color = "black" if values[i, j] > low + 0.6 * (1.0 - low) else "white"
+                ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", color=color, fontsize=8)
     ax.set_title(title, fontsize=10)
     return image
 
@@ -52,11 +73,14 @@ def similarity_figure(
     word: str, labels: Sequence[str], sims: Sequence, titles: Sequence[str], sentence_labels: bool = True
 ):
     """A figure with one heatmap per matrix in ``sims`` (e.g. one per biLM layer), side by side; the first one's rows
-    are labelled with the (shortened) sentences, or only numbered when ``sentence_labels`` is false."""
+    are labelled with the (shortened) sentences, or only numbered when ``sentence_labels`` is false.
+
+    Its height grows with the rows up to ``MAX_FIGURE_HEIGHT`` inches; see [`draw_similarity`] for the labels."""
     plt = _pyplot()
     n = len(sims)
     width = 3.2 * n + 3.0
-    fig, axes = plt.subplots(1, n, figsize=(width, 0.45 * len(labels) + 2.2), squeeze=False)
+    height = min(0.45 * len(labels) + 2.2, MAX_FIGURE_HEIGHT)
+    fig, axes = plt.subplots(1, n, figsize=(width, height), squeeze=False)
     image = None
     for k, (ax, sim, title) in enumerate(zip(axes[0], sims, titles, strict=True)):
         image = draw_similarity(ax, sim, labels, title, show_labels=sentence_labels and k == 0)

@@ -151,6 +151,16 @@ def load_language_model(name_or_path, device=None):
     return model, ElmoTokenizer.from_pretrained(path)
 
 
+def check_sentences(sentences) -> None:
+    """``TypeError`` for one sentence given where a collection of sentences is expected: a bare ``str`` (or
+    ``bytes``) is iterable, and would be scored character by character, each character as a sentence."""
+    if isinstance(sentences, (str, bytes)):
+        raise TypeError(
+            f"sentences must be a list (or other iterable) of sentences, got a single {type(sentences).__name__}: "
+            f"wrap one sentence in a list, e.g. score_sentences(model, [{sentences[:40]!r}])"
+        )
+
+
 class ElmoSentenceScorer:
     """Scores sentences with an ``ElmoForPreTraining`` that holds a real softmax (see the module docstring).
 
@@ -198,6 +208,7 @@ class ElmoSentenceScorer:
     @torch.no_grad()
     def score_batch(self, sentences: Sequence, tokenized: bool = False) -> list[dict]:
         """One result per sentence (see [`score`]); ``sentences`` are strings, or lists of words if ``tokenized``."""
+        check_sentences(sentences)
         model, tokenizer = self.model, self.tokenizer
         sentences = [s.split() if isinstance(s, str) else list(s) for s in sentences] if tokenized else list(sentences)
         device = model.softmax.weight.device
@@ -252,9 +263,14 @@ class ElmoSentenceScorer:
         total: int | None = None,
     ) -> Iterator[dict]:
         """Score ``sentences`` in order, ``batch_size`` at a time; yields per sentence a dict with ``tokens`` (the
-        words scored), ``forward_logprob``, ``backward_logprob`` (natural logs) and ``perplexity``."""
+        words scored), ``forward_logprob``, ``backward_logprob`` (natural logs) and ``perplexity``. A bare string
+        is refused (``TypeError``) when this is called, not when the first result is asked for."""
+        check_sentences(sentences)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        return self._score(sentences, tokenized, batch_size, progress, total)
+
+    def _score(self, sentences: Iterable, tokenized: bool, batch_size: int, progress: bool, total: int | None):
         from tqdm.auto import tqdm
 
         if total is None and hasattr(sentences, "__len__"):
@@ -286,8 +302,10 @@ def score_sentences(
     ``backward_logprob``, ``perplexity``), one per sentence, in order.
 
     ``model`` is an ``ElmoForPreTraining`` with its softmax, or the folder (or Hub id) of one; ``tokenizer`` its
-    ``ElmoTokenizer`` (default: loaded from the folder). See [`ElmoSentenceScorer`] for the rest.
+    ``ElmoTokenizer`` (default: loaded from the folder). See [`ElmoSentenceScorer`] for the rest. One sentence
+    alone is a ``TypeError``: give ``[sentence]``.
     """
+    check_sentences(sentences)  # before a model folder loads
     if isinstance(model, str) or hasattr(model, "__fspath__"):
         model, loaded_tokenizer = load_language_model(model)
         tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
@@ -299,6 +317,7 @@ def score_sentences(
 
 __all__ = [
     "ElmoSentenceScorer",
+    "check_sentences",
     "folder_has_softmax",
     "full_log_probs",
     "load_language_model",

@@ -5,10 +5,17 @@ the original bilm-tf code, Apache-2.0, see its NOTICE) is vendored in ``tests/fi
 on any clone. Only the large data sets (CoNLL-2003, WikiText-2) come from ``../shared/data`` next to the
 checkout, or from the folder in ``ELMO_SHARED_DIR``. Without it those tests skip, saying why; with
 ``ELMO_REQUIRE_SHARED=1`` (set by ``.ci/run``) a missing folder fails them instead.
+
+The optional libraries (``OPTIONAL_LIBRARIES``, each with the extra of pyproject.toml that installs it; the README's
+``.[train,test]`` installs them all): a test that needs one that is not installed skips, and its reason ends with the
+``pip install`` of the extra, whether it skipped itself (``pytest.importorskip``) or stopped on the
+``ModuleNotFoundError``. In CI (``CI=true`` or ``ELMO_REQUIRE_SHARED=1``), which installs every extra, such a test
+fails instead.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -34,6 +41,83 @@ def _require(path: Path) -> Path:
     if os.environ.get("ELMO_REQUIRE_SHARED") == "1":
         pytest.fail(reason + "; ELMO_REQUIRE_SHARED=1 forbids skipping them")
     pytest.skip(reason)
+
+
+# The optional libraries that tests use, each with the extra of pyproject.toml that installs it (`[test]` installs
+# them all: tests/test_packaging.py and tests/test_docs.py check this table against pyproject.toml).
+OPTIONAL_LIBRARIES = {
+    "accelerate": "train",
+    "datasets": "train",
+    "seqeval": "train",
+    "gradio": "demo",
+    "matplotlib": "demo",
+    "onnx": "export",
+    "onnxscript": "export",
+    "gensim": "gensim",
+    "sentence_transformers": "sentence-transformers",
+    "spacy": "spacy",
+    "onnxruntime": "test",
+    "playwright": "test",
+    "nbclient": "test",
+    "nbformat": "test",
+    "ipykernel": "test",
+    "hypothesis": "test",
+    "parameterized": "test",
+}
+
+
+def install_hint(libraries) -> str:
+    """``pip install -e ".[extra,...]"`` for the optional ``libraries``."""
+    return f'pip install -e ".[{",".join(sorted({OPTIONAL_LIBRARIES[name] for name in libraries}))}]"'
+
+
+def extras_required() -> bool:
+    """CI installs every extra (.ci/run): there a missing optional library fails its tests instead of skipping them."""
+    return os.environ.get("CI") == "true" or os.environ.get("ELMO_REQUIRE_SHARED") == "1"
+
+
+def _missing_library(error: BaseException) -> str | None:
+    """The optional library that ``error`` (a ModuleNotFoundError) is about, if it is not installed here."""
+    library = (getattr(error, "name", None) or "").split(".")[0]
+    if library in OPTIONAL_LIBRARIES and importlib.util.find_spec(library) is None:
+        return library
+    return None
+
+
+def _with_install_hint(report) -> None:
+    """A skip whose reason names a missing optional library (``pytest.importorskip``'s "could not import 'X'") or an
+    extra ("needs the [spacy] extra") also says what to install."""
+    if not (report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3):
+        return
+    path, line, reason = report.longrepr
+    if "pip install" in reason:
+        return
+    library = re.search(r"could not import '([\w.]+)'", reason)
+    extra = re.search(r"needs the \[([\w-]+)\] extra", reason)
+    if library and library.group(1).split(".")[0] in OPTIONAL_LIBRARIES:
+        report.longrepr = (path, line, f"{reason} ({install_hint([library.group(1).split('.')[0]])})")
+    elif extra:
+        report.longrepr = (path, line, f'{reason} (pip install -e ".[{extra.group(1)}]")')
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    error = call.excinfo.value if call.excinfo is not None else None
+    library = _missing_library(error) if isinstance(error, ModuleNotFoundError) and report.failed else None
+    if library is not None and not extras_required():
+        path, line, _ = item.location
+        report.outcome = "skipped"
+        report.longrepr = (path, (line or 0) + 1, f"needs {library}, which is not installed: {install_hint([library])}")
+    _with_install_hint(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    report = yield
+    _with_install_hint(report)
+    return report
 
 
 def pytest_configure(config):

@@ -21,6 +21,7 @@ from helpers import BATCHING_ATOL
 
 import elmo_cli as cli
 from modeling_elmo import ElmoModel, ElmoTokenizer
+from modeling_elmo.commands import embed, similar
 from modeling_elmo.demo_models import model as demo_model
 
 REPO = Path(__file__).resolve().parent.parent
@@ -127,7 +128,7 @@ def test_embed_raw_text_from_stdin(tiny_dir, tmp_path, monkeypatch):
 
 
 def test_split_sentences_rules():
-    split = cli.split_sentences
+    split = embed.split_sentences
     assert split("One. Two! Three? four") == ["One.", "Two!", "Three? four"]
     assert split('He said "Stop." Then he left.') == ['He said "Stop."', "Then he left."]
     assert split("Dr. No met J. Smith, e.g. Today. Then 3 left.") == [
@@ -226,7 +227,7 @@ def test_embed_two_processes_equals_one(tiny_dir, tmp_path):
 def test_similar_prints_table(tiny_dir, capsys):
     assert run_cli("similar", "--model", tiny_dir) == 0
     out = capsys.readouterr().out
-    assert f'Cosine similarity of "{cli.DEFAULT_SIMILAR_WORD}"' in out
+    assert f'Cosine similarity of "{similar.DEFAULT_SIMILAR_WORD}"' in out
     rows = [line for line in out.splitlines() if re.match(r"\s*\d+\s", line)]
     assert len(rows) == 4
     for i, row in enumerate(rows):
@@ -240,7 +241,7 @@ def test_similar_matches_cosine_of_model_vectors(tiny_dir):
     tokenizer = ElmoTokenizer.from_pretrained(tiny_dir)
     model = ElmoModel.from_pretrained(tiny_dir).eval()
     sentences = ["I like the river bank .", "The bank was closed , the bank said ."]
-    labels, sim, sim0 = cli.word_similarities(model, tokenizer, sentences, "bank", layer=1)
+    labels, sim, sim0 = similar.word_similarities(model, tokenizer, sentences, "bank", layer=1)
     assert labels == [sentences[0], sentences[1], sentences[1]]  # two occurrences in sentence 2
     with torch.no_grad():
         a = model(**tokenizer([sentences[0]], return_tensors="pt"), output_hidden_states=True).hidden_states[1][0, 4]
@@ -275,7 +276,7 @@ def test_default_similar_shows_the_effect_on_the_demo_model(capsys):
     same, different, sense = _SENSE_SUMMARY.match(summary[0]).groups()
     assert float(same) > float(different) + 0.1, summary[0]  # the gap is ~0.24 on the bundled weights
     assert summary[0].endswith("the vectors depend on the context.")
-    assert sense == cli.SIMILAR_EXAMPLES[cli.DEFAULT_SIMILAR_WORD].senses[0]
+    assert sense == similar.SIMILAR_EXAMPLES[similar.DEFAULT_SIMILAR_WORD].senses[0]
     # bank stays available (the classic example, for converted models), with the same kind of summary
     assert run_cli("similar", "--device", "cpu", "--word", "bank") == 0
     assert [line for line in capsys.readouterr().out.splitlines() if _SENSE_SUMMARY.match(line)]
@@ -385,7 +386,7 @@ def test_readme_main_job_command_runs_on_the_demo_model():
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert "toy-sized biLM trained on WikiText-2" in out
-    word = cli.DEFAULT_SIMILAR_WORD
+    word = similar.DEFAULT_SIMILAR_WORD
     assert f'Cosine similarity of "{word}"' in out
     rows = [line for line in out.splitlines() if re.match(r"\s*\d+\s", line)]
     assert len(rows) == 4 and all(word in row for row in rows)

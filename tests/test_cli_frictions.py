@@ -17,6 +17,7 @@ from helpers import TINY_SIZES
 
 import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from modeling_elmo.commands import common
 from modeling_elmo.hub.download import close_released_name
 
 REPO = Path(__file__).resolve().parent.parent
@@ -126,10 +127,10 @@ def test_scan_text_file_counts_lines_and_names_the_bad_one(tmp_path):
     path = tmp_path / "t.txt"
     for data, lines in ((b"", 0), (b"a\n", 1), (b"a\nb", 2), (b"\n\n", 2), ("é\n".encode() * 3, 3)):
         path.write_bytes(data)
-        assert cli.scan_text_file(str(path)) == lines
+        assert common.scan_text_file(str(path)) == lines
     path.write_bytes(b"ok\n" * 3 + "é".encode()[:1])  # cut inside a character at the very end
-    with pytest.raises(cli.CliError, match="ends inside a character"):
-        cli.scan_text_file(str(path))
+    with pytest.raises(common.CliError, match="ends inside a character"):
+        common.scan_text_file(str(path))
 
 
 # ---------------------------------------------------------------------------------------------------- convert inputs

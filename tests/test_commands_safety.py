@@ -27,7 +27,8 @@ from transformers import pipeline
 from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoModelOutput, ElmoTokenizer
 from modeling_elmo.training import train_lm, train_tagger
 from modeling_elmo.training.checkpoints import checkpoint_problem, newest_complete_checkpoint
-from modeling_elmo.training.train_tagger import build_word_vocab, predict_sentences
+from modeling_elmo.training.tagging_data import build_word_vocab
+from modeling_elmo.training.train_tagger import predict_sentences
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_MODEL = REPO / "modeling_elmo" / "demo_models" / "demo_bilm"

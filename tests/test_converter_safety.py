@@ -704,3 +704,67 @@ def test_in_process_convert_after_a_kill_between_the_renames_refuses(small, tmp_
     with pytest.raises(ConversionError, match="exists and is not empty"):
         convert(options, weights, out, progress=False)
     assert folder_bytes(out) == before and hidden_leftovers(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# A softmax beyond the LM vocabulary's bound is refused before anything is copied
+# ---------------------------------------------------------------------------------------------
+
+
+def huge_softmax(path: Path, rows: int, width: int) -> Path:
+    """A valid softmax HDF5 of ``rows`` x ``width`` zeros that stays small: deflated chunks of 2**20 rows, all
+    allocated (filled with zeros) when the dataset is created, so that every chunk is stored and the storage check
+    passes; ``softmax/b`` the same way."""
+    with h5py.File(path, "w") as handle:
+        group = handle.create_group("softmax")
+        for name, shape, chunks in (("W", (rows, width), (1 << 20, width)), ("b", (rows,), (1 << 20,))):
+            plist = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+            plist.set_chunk(chunks)
+            plist.set_deflate(1)
+            plist.set_fill_value(np.zeros((), "<f4"))
+            plist.set_alloc_time(h5py.h5d.ALLOC_TIME_EARLY)
+            space = h5py.h5s.create_simple(shape)
+            h5py.h5d.create(group.id, name.encode(), h5py.h5t.IEEE_F32LE, space, dcpl=plist)
+        assert handle["softmax/W"].id.get_num_chunks() == -(-rows // (1 << 20))
+    return path
+
+
+def test_a_softmax_beyond_the_vocabulary_bound_is_refused_before_any_copy(small, tmp_path: Path):
+    """4,194,305 rows (``lm_vocab_size``'s bound is 4,194,304): refused at once, from the file's metadata, before
+    the vocabulary or the biLM is read; the converter used to copy all of ``softmax/W`` and then fail in
+    ``config.save_pretrained``."""
+    from softmax_format import vocabulary, write_vocab
+
+    options, weights = small
+    softmax = huge_softmax(tmp_path / "softmax.hdf5", (1 << 22) + 1, SMALL["projection_dim"])
+    vocab = write_vocab(tmp_path / "vocab.txt", vocabulary(50))
+    out = tmp_path / "out"
+    start = time.monotonic()
+    with pytest.raises(ConversionError) as info:
+        convert(options, weights, out, vocab_file=vocab, softmax_weight_file=softmax, progress=False)
+    elapsed = time.monotonic() - start
+    message = str(info.value)
+    assert f"softmax/W of {softmax} has 4194305 rows, more than the 4194304 words" in message, message
+    assert elapsed < 5, elapsed
+    assert not out.exists() and hidden_leftovers(tmp_path) == []
+
+
+def test_lm_config_refuses_what_the_config_would_refuse_on_save(small):
+    """``lm_config`` validates the config it returns: a vocabulary over the bound, or one whose softmax makes the
+    model larger than ``MAX_PARAMETERS``, is a ``ConversionError`` there, not a ``StrictDataclass...Error`` from
+    ``save_pretrained`` after the copy."""
+    from modeling_elmo import ElmoConfig
+    from modeling_elmo.hub.convert_softmax import SoftmaxInfo, lm_config
+
+    options, _ = small
+    config = ElmoConfig.from_options(options)
+    info = SoftmaxInfo(vocab={}, vocab_size=(1 << 22) + 1, hidden_size=8, bos_id=0, eos_id=1, unk_id=2)
+    with pytest.raises(ConversionError, match="lm_vocab_size must be at most 4194304, got 4194305"):
+        lm_config(config, info)
+    big = ElmoConfig.from_options(options)
+    big.projection_dim = 512
+    info = SoftmaxInfo(vocab={}, vocab_size=2_500_000, hidden_size=512, bos_id=0, eos_id=1, unk_id=2)
+    with pytest.raises(ConversionError, match="parameters, more than 1e\\+09"):
+        lm_config(big, info)
+    fine = SoftmaxInfo(vocab={}, vocab_size=50, hidden_size=8, bos_id=0, eos_id=1, unk_id=2)
+    assert lm_config(ElmoConfig.from_options(options), fine).lm_vocab_size == 50

@@ -11,10 +11,15 @@ from safetensors.torch import load_file, save_file
 
 import modeling_elmo  # noqa: F401  (registers the pipelines)
 from modeling_elmo import ElmoModel
-from modeling_elmo.commands import demo_lm
+from modeling_elmo.demo_models import language_model as demo_lm
 from modeling_elmo.demo_models.language_model import demo_language_model_path, load_demo_language_model
 from modeling_elmo.demo_models.model import DEMO_MODEL_DIR
-from modeling_elmo.scoring_elmo import folder_has_softmax, score_sentences, top_layer_with_boundaries
+from modeling_elmo.scoring_elmo import (
+    ElmoSentenceScorer,
+    folder_has_softmax,
+    score_sentences,
+    top_layer_with_boundaries,
+)
 
 # WikiText-2 style (tokenized, lower and upper case, "@-@" joins): what the demo biLM was trained on.
 SENTENCES = [
@@ -127,6 +132,26 @@ def test_elmo_score_demo(demo, tmp_path, capsys):
     assert direct["tokens"] == results[0]["tokens"]
     # alone, not padded in a batch of two: float32 rounding only (measured 1e-6)
     assert direct["forward_logprob"] == pytest.approx(results[0]["forward_logprob"], abs=1e-4)
+
+
+def test_one_sentence_alone_is_refused_not_scored_character_by_character(demo, demo_folder):
+    """Issue 36: a bare string is iterable, and was scored as 13 one-character sentences."""
+    model, tokenizer = demo
+    sentence = "the cat sat ."
+    with pytest.raises(TypeError, match=r"got a single str: wrap one sentence in a list"):
+        score_sentences(model, sentence, tokenizer=tokenizer)
+    with pytest.raises(TypeError, match="single str"):
+        score_sentences(demo_folder, sentence)  # refused before the folder loads
+    with pytest.raises(TypeError, match="single bytes"):
+        score_sentences(model, sentence.encode(), tokenizer=tokenizer)
+    scorer = ElmoSentenceScorer(model, tokenizer)
+    with pytest.raises(TypeError, match="single str"):
+        scorer.score(sentence)  # at the call, not at the first result
+    with pytest.raises(TypeError, match="single str"):
+        scorer.score_batch(sentence)
+    (result,) = score_sentences(model, [sentence], tokenizer=tokenizer)
+    assert result["tokens"] == ["the", "cat", "sat", "."]
+    assert len(score_sentences(model, [["the", "cat"], "sat ."], tokenizer=tokenizer, tokenized=True)) == 2
 
 
 def test_fill_mask_on_the_demo_folder(demo, demo_folder):

@@ -13,6 +13,15 @@ CoNLL files hold a few sentences. Only these changes are made, each for a reason
 - launcher lines that need GPUs, several machines or stand for "the same flags" (``...``) are not run: their
   launcher must exist and their flags must parse.
 
+Each block is one test, ``test_docs_block_runs[PAGE:LINE]``, run in page order (selected alone, a block first runs
+the blocks before it). A block that needs an optional library that is not installed skips, and says which library
+and which extra installs it (``pip install -e ".[demo]"``; ``-rfEs`` in pyproject's addopts prints every reason):
+what a block needs is read from its imports (with ``ast``) and its commands, and looked up in ``NEEDS`` for the
+package's names that import a library only when they run. A block that uses what a skipped or failed block made (a
+name of its page, a file or folder) skips too, naming that block. CI installs every extra, so there
+(``CI=true`` or ``ELMO_REQUIRE_SHARED=1``) a missing library fails the block instead. What a block promises
+(shapes, files, results) is checked right after it runs (``PROMISES``).
+
 Blocks that other tests already run are listed in ``COVERED_ELSEWHERE`` and checked to be there. ``text`` blocks
 are output shown to the reader and are not run. A new block that no rule covers fails the test: add a rule here when
 you add it to a page.
@@ -20,6 +29,9 @@ you add it to a page.
 
 from __future__ import annotations
 
+import ast
+import builtins
+import importlib.util
 import json
 import os
 import re
@@ -31,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import OPTIONAL_LIBRARIES, extras_required, install_hint
 
 REPO = Path(__file__).resolve().parent.parent
 RELEASED = "elmo_2x4096_512_2048cnn_2xhighway"  # the file names in the converter examples
@@ -138,6 +151,8 @@ def workspace(fixture_dir: Path, tmp_path_factory) -> Path:
     )
     for name in ("train.txt", "dev.txt"):
         (work / "conll2003" / name).write_text(conll, encoding="utf-8")
+    # The docs' own sample data, read by its path in a checkout (docs/training.md's first example).
+    shutil.copytree(REPO / "docs" / "data", work / "docs" / "data")
     return work
 
 
@@ -186,10 +201,15 @@ def _module(argv: list[str]) -> str | None:
     return argv[argv.index("-m") + 1] if "-m" in argv else None
 
 
+def which(command: str) -> str | None:
+    """The command of the environment that runs the tests (beside its Python), else the first on PATH."""
+    return shutil.which(command, path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
 def _check_not_runnable(argv: list[str], block: Block) -> None:
     """A launcher line that cannot run here: the launcher exists and the module's flags parse."""
     assert argv[0] in ("torchrun", "accelerate"), f"{block}: only launcher lines may be left unrun: {argv}"
-    assert shutil.which(argv[0]), f"{block}: {argv[0]} is not installed"
+    assert which(argv[0]), f"{block}: {argv[0]} is not installed"
     module = _module(argv)
     assert module == "modeling_elmo.training.train_lm", f"{block}: unexpected module in {argv}"
     from modeling_elmo.training.train_lm import build_parser
@@ -233,7 +253,7 @@ def run_shell_block(block: Block, work: Path) -> int:
             if argv[1].endswith(".py"):
                 argv[1] = str(REPO / argv[1])  # the docs run it from the checkout
         elif argv[0] in ("elmo", "elmo-convert", "torchrun", "accelerate"):
-            found = shutil.which(argv[0])
+            found = which(argv[0])
             assert found, f"{block}: {argv[0]} is not installed (pip install -e .)"
             argv = [found, *argv[1:]]
         else:
@@ -250,62 +270,337 @@ def run_shell_block(block: Block, work: Path) -> int:
 
 
 # --------------------------------------------------------------------------------------------------
+# What a block needs: optional libraries, and what earlier blocks made
+
+# What imports an optional library only when it runs, so that the block's own imports do not show it: names of the
+# package (a module, or a name in one) that a Python block imports or a shell block runs with ``-m``, and commands
+# (``elmo SUBCOMMAND``, ``elmo SUBCOMMAND --FLAG``, a launcher).
+NEEDS = {
+    "modeling_elmo.commands.demo.build_app": ("gradio",),
+    "modeling_elmo.commands.demo.DemoModels": ("matplotlib",),  # its views draw figures
+    "modeling_elmo.plots": ("matplotlib",),
+    "modeling_elmo.inference.export.export_onnx": ("onnx", "onnxscript"),
+    "modeling_elmo.inference.export.ElmoOnnxSession": ("onnxruntime",),
+    "modeling_elmo.integrations.sentence_transformers": ("sentence_transformers",),
+    "modeling_elmo.integrations.spacy": ("spacy",),
+    "modeling_elmo.training": ("datasets", "accelerate", "seqeval"),
+    "elmo train-lm": ("datasets", "accelerate", "seqeval"),
+    "elmo train-tagger": ("datasets", "accelerate", "seqeval"),
+    "elmo demo": (),  # `elmo demo --help` runs without gradio; serving the app is not in the docs' blocks
+    "elmo similar --plot": ("matplotlib",),
+    "elmo embed --output_dir": ("datasets",),  # Parquet shards (issue 39)
+    "elmo embed --dataset_name": ("datasets",),
+    "elmo embed --data_files": ("datasets",),
+    "elmo embed --train_file": ("datasets",),
+    "modeling_elmo.inference.embed_dataset": ("datasets",),
+    "modeling_elmo.inference.parquet_shards": ("datasets",),
+    "accelerate": ("accelerate",),
+}
+# Calls whose last string argument names what the block makes (a file or a folder that later blocks may use).
+MAKERS = {"save", "save_pretrained", "save_with_remote_code", "to_disk", "savefig", "export_onnx", "export_word2vec"}
+# The flags of shell commands that name what they make.
+OUTPUT_FLAGS = ("--output_dir", "--output_file", "-o", ">")
+
+
+def _needs_of_name(name: str) -> set[str]:
+    """The optional libraries that importing or running ``name`` (a dotted Python name or a command) needs."""
+    found = {name.split(".")[0]} & set(OPTIONAL_LIBRARIES)
+    for key, libraries in NEEDS.items():
+        if name == key or name.startswith(key + "."):
+            found |= set(libraries)
+    return found
+
+
+def _imported_names(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+    return names
+
+
+def _shell_names(argv: list[str]) -> set[str]:
+    names = {argv[0]}
+    if "-m" in argv:
+        names.add(_module(argv))
+    if argv[0] == "elmo" and len(argv) > 1:
+        names |= {f"elmo {argv[1]}"} | {f"elmo {argv[1]} {a}" for a in argv[2:] if a.startswith("--")}
+    return names
+
+
+def block_needs(block: Block) -> set[str]:
+    """The optional libraries ``block`` needs: what it imports (read with ast) or runs, looked up in NEEDS."""
+    if block.language == "python":
+        names = _imported_names(ast.parse(block.code))
+    else:
+        names = {name for argv in shell_commands(block.code) for name in _shell_names(argv)}
+    return set().union(*map(_needs_of_name, names)) if names else set()
+
+
+def missing_extras(block: Block) -> str | None:
+    """Why ``block`` cannot run here: the libraries it needs that are not installed, and the pip extra to install;
+    None if it has them all."""
+    missing = sorted(lib for lib in block_needs(block) if importlib.util.find_spec(lib) is None)
+    return f"needs {', '.join(missing)}: {install_hint(missing)}" if missing else None
+
+
+def _defines_and_uses(code: str) -> tuple[set[str], set[str]]:
+    """The names a Python block defines, and those it uses without defining them (from earlier blocks)."""
+    tree = ast.parse(code)
+    defined, loaded = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (defined if isinstance(node.ctx, ast.Store | ast.Del) else loaded).add(node.id)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            defined |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            defined.add(node.name)
+    return defined, loaded - defined - set(dir(builtins))
+
+
+def made_by(block: Block) -> set[str]:
+    """The files and folders ``block`` makes, as named in its code (see MAKERS and OUTPUT_FLAGS)."""
+    made = set()
+    if block.language == "python":
+        for node in ast.walk(ast.parse(block.code)):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                strings = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+                if name in MAKERS and strings:
+                    made.add(strings[-1])
+    elif block.language == "bash":
+        for argv in shell_commands(block.code):
+            made |= {argv[i + 1] for i, a in enumerate(argv[:-1]) if a in OUTPUT_FLAGS}
+    return made
+
+
+def uses_file(block: Block, name: str) -> bool:
+    """Whether ``block`` names the file or folder ``name`` (alone or as part of a path) in its strings (Python) or
+    its commands' words (bash); comments do not count."""
+    if block.language == "python":
+        words = [n.value for n in ast.walk(ast.parse(python_code(block))) if isinstance(n, ast.Constant)]
+    else:
+        words = [word for argv in shell_commands(block.code) for word in argv]
+    pattern = re.compile(rf"(?<![\w./-]){re.escape(name)}(?![\w-])")  # "x/vocab.txt" is another file
+    return any(isinstance(word, str) and pattern.search(word) for word in words)
+
+
+def dependencies(block: Block, earlier: list[Block]) -> list[tuple[Block, str]]:
+    """The earlier blocks whose results ``block`` uses, with what it uses: names defined by an earlier Python block
+    of its page, and files or folders that an earlier block (of any page) made."""
+    found: dict[str, tuple[Block, str]] = {}
+    if block.language == "python":
+        _, uses = _defines_and_uses(block.code)
+        for name in sorted(uses):
+            for before in reversed(earlier):
+                if before.page == block.page and before.language == "python":
+                    if name in _defines_and_uses(before.code)[0]:
+                        found.setdefault(str(before), (before, f"`{name}`"))
+                        break
+    own = made_by(block)  # a file the block makes itself is no dependency
+    for before in reversed(earlier):
+        for name in sorted(made_by(before) - own):
+            if uses_file(block, name):
+                found.setdefault(str(before), (before, name))
+    return list(found.values())
+
+
+# --------------------------------------------------------------------------------------------------
 # Running Python blocks
 
 
+def python_code(block: Block) -> str:
+    """The block's code as it runs here: loading from the Hub id loads the local folder that would have been
+    uploaded."""
+    return block.code.replace('from_pretrained("you/elmo-original"', 'from_pretrained("elmo-original"')
+
+
 def run_python_block(block: Block, namespace: dict) -> None:
-    # Loading from the Hub id: the local folder that would have been uploaded.
-    code = block.code.replace('from_pretrained("you/elmo-original"', 'from_pretrained("elmo-original"')
-    exec(compile(code, str(block), "exec"), namespace)  # noqa: S102  (the docs' own code)
+    exec(compile(python_code(block), str(block), "exec"), namespace)  # noqa: S102  (the docs' own code)
 
 
-def test_every_docs_block_runs(workspace: Path, download_server: str, monkeypatch):
-    import huggingface_hub
+# --------------------------------------------------------------------------------------------------
+# What the blocks promise, checked on what they made, right after the block ran: (page, a line of the block) -> check
 
-    monkeypatch.setenv("ELMO_DOWNLOAD_BASE_URL", download_server)
-    monkeypatch.setenv("ELMO_CACHE_DIR", str(workspace / "elmo-cache"))
 
-    uploads: list[dict] = []
+def _readme_quick_start(run: DocsRun) -> None:
+    assert tuple(run.namespaces["README.md"]["out"].elmo.shape) == (2, 7, 128)  # the demo model: 2 * projection 64
 
-    def upload_folder(self, *, folder_path, repo_id, **kwargs):
-        uploads.append({"repo_id": repo_id, "files": sorted(os.listdir(folder_path))})
 
-    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
-    monkeypatch.chdir(workspace)
-    namespaces: dict[str, dict] = {}
-    report = []
-    for block in all_blocks():
-        namespace = namespaces.setdefault(block.page, {"__name__": "__docs__"})
-        where = _covered_elsewhere(block)
-        if where:
-            report.append(f"{block}: covered by {where}")
-        elif block.language == "bash":
-            report.append(f"{block}: ran {run_shell_block(block, workspace)} command(s)")
-        elif block.language == "python":
-            run_python_block(block, namespace)
-            report.append(f"{block}: ran")
-        elif block.language == "text":
-            report.append(f"{block}: output, not run")
-        else:
-            pytest.fail(f"{block}: mark the block bash, python or text")
-    print("\n".join(report))
+def _readme_download(run: DocsRun) -> None:
+    assert (run.work / "elmo-cache" / "small" / "model.safetensors").is_file()
 
-    # What the blocks promise, checked on what they made.
-    readme, usage, training = namespaces["README.md"], namespaces["docs/usage.md"], namespaces["docs/training.md"]
-    assert tuple(readme["out"].elmo.shape) == (2, 7, 128)  # the demo model: 2 * projection 64
-    assert (workspace / "elmo-cache" / "small" / "model.safetensors").is_file()
-    assert (workspace / "elmo-original" / "model.safetensors").is_file()
-    assert tuple(usage["out"].elmo.shape[:2]) == (2, 7)  # "The cat sat on the mat ." and "Hello !"
-    assert uploads and uploads[0]["repo_id"] == "you/elmo-original"
-    assert {"config.json", "model.safetensors", "README.md"} <= set(uploads[0]["files"])
-    assert (workspace / "elmo.onnx").is_file()
-    for folder in ("elmo-mine", "elmo-original-domain"):
-        results = json.loads((workspace / folder / "eval_results.json").read_text())
+
+def _converted(run: DocsRun) -> None:
+    assert (run.work / "elmo-original" / "model.safetensors").is_file()
+
+
+def _uploaded(run: DocsRun) -> None:
+    assert run.uploads and run.uploads[0]["repo_id"] == "you/elmo-original"
+    assert {"config.json", "model.safetensors", "README.md"} <= set(run.uploads[0]["files"])
+
+
+def _exported(run: DocsRun) -> None:
+    assert (run.work / "elmo.onnx").is_file()
+
+
+def _usage_vectors(run: DocsRun) -> None:
+    # "The cat sat on the mat ." and "Hello !"
+    assert tuple(run.namespaces["docs/usage.md"]["out"].elmo.shape[:2]) == (2, 7)
+
+
+def _lm_trained(folder: str):
+    def check(run: DocsRun) -> None:
+        results = json.loads((run.work / folder / "eval_results.json").read_text())
         assert {"eval_forward_perplexity", "eval_backward_perplexity", "eval_perplexity"} <= set(results)
-    assert json.loads((workspace / "ner-elmo" / "all_results.json").read_text())["train_steps"] == 2
+
+    return check
+
+
+def _tagger_trained(run: DocsRun) -> None:
+    assert json.loads((run.work / "ner-elmo" / "all_results.json").read_text())["train_steps"] == 2
+
+
+def _tagger_tags(run: DocsRun) -> None:
+    training = run.namespaces["docs/training.md"]
     tags = training["tagger"].predict(**training["batch"])
     assert len(tags) == 1 and len(tags[0]) == 5
     assert all("entity_group" in span for span in training["ner"]("John Smith lives in New York."))
+
+
+PROMISES = [
+    ("README.md", "out = model(**batch, output_hidden_states=True)", _readme_quick_start),
+    ("README.md", 'download_released_model("small")', _readme_download),
+    ("docs/released-models.md", "--output_dir elmo-original", _converted),
+    ("docs/released-models.md", "HfApi().upload_folder(", _uploaded),
+    ("docs/released-models.md", 'export_onnx(wrapper, "elmo.onnx")', _exported),
+    ("docs/usage.md", "out = model(**batch, output_hidden_states=True)", _usage_vectors),
+    ("docs/training.md", "--output_dir elmo-mine", _lm_trained("elmo-mine")),
+    ("docs/training.md", "--output_dir elmo-original-domain", _lm_trained("elmo-original-domain")),
+    ("docs/training.md", "--output_dir ner-elmo", _tagger_trained),
+    ("docs/training.md", "tagger.predict(**batch)", _tagger_tags),
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# The run: every block in order, each one a test
+
+
+def runnable_blocks() -> list[Block]:
+    """The blocks this file runs: bash and Python blocks that no other test covers."""
+    return [b for b in all_blocks() if b.language in ("bash", "python") and not _covered_elsewhere(b)]
+
+
+@dataclass
+class DocsRun:
+    """The blocks run so far, in order, in one scratch folder: what each one gave (``"ran"``, or why it skipped or
+    failed), the Python namespace of each page, and what was "uploaded"."""
+
+    work: Path
+    blocks: list[Block]
+    outcomes: dict[str, tuple[str, str]]
+    namespaces: dict[str, dict]
+    uploads: list[dict]
+
+    def run_through(self, index: int) -> None:
+        """Run the blocks before ``index`` that have not run yet (their outcomes kept for their own tests), then
+        block ``index``: ``pytest.skip`` with the reason where it cannot run here, its error where it fails."""
+        for before in range(index):
+            if str(self.blocks[before]) not in self.outcomes:
+                try:
+                    self._run(before)
+                except (Exception, pytest.fail.Exception, pytest.skip.Exception):
+                    pass  # kept in self.outcomes; its own test reports it
+        self._run(index)
+
+    def _run(self, index: int) -> None:
+        block = self.blocks[index]
+        key = str(block)
+        if key in self.outcomes:  # ran in an earlier test: repeat what it gave
+            status, why = self.outcomes[key]
+            if status == "skipped":
+                pytest.skip(f"{block}: {why}")
+            if status == "failed":
+                pytest.fail(why, pytrace=False)
+            return
+        why = missing_extras(block)
+        if why is None:
+            for before, what in dependencies(block, self.blocks[:index]):
+                status, cause = self.outcomes.get(str(before), ("ran", ""))
+                if status != "ran":
+                    why = f"uses {what} from {before}, which {'failed' if status == 'failed' else 'was skipped'}"
+                    why += f" ({cause})" if status == "skipped" else ""
+                    break
+        elif extras_required():
+            self.outcomes[key] = ("failed", f"{block}: {why}; CI installs every extra")
+            pytest.fail(self.outcomes[key][1], pytrace=False)
+        if why is not None:
+            self.outcomes[key] = ("skipped", why)
+            pytest.skip(f"{block}: {why}")
+        try:
+            self._execute(block)
+        except BaseException as error:
+            self.outcomes[key] = ("failed", f"{block}: {type(error).__name__}: {str(error)[-2000:]}")
+            raise
+        self.outcomes[key] = ("ran", "")
+
+    def _execute(self, block: Block) -> None:
+        if block.language == "bash":
+            run_shell_block(block, self.work)
+        else:
+            try:
+                run_python_block(block, self.namespaces.setdefault(block.page, {"__name__": "__docs__"}))
+            except ModuleNotFoundError as error:
+                library = (error.name or "").split(".")[0]
+                if library in OPTIONAL_LIBRARIES:
+                    raise AssertionError(
+                        f"{block} imports {error.name} without a rule that says so: add it to NEEDS in "
+                        f"tests/test_docs.py, so that the block skips where the [{OPTIONAL_LIBRARIES[library]}] "
+                        "extra is not installed"
+                    ) from error
+                raise
+        for page, needle, check in PROMISES:
+            if page == block.page and needle in block.code:
+                check(self)
+
+
+@pytest.fixture(scope="module")
+def docs_run(workspace: Path, download_server: str) -> DocsRun:
+    return DocsRun(workspace, RUNNABLE, {}, {}, [])
+
+
+@pytest.fixture
+def docs_env(docs_run: DocsRun, download_server: str, monkeypatch):
+    """What a reader's machine has instead of the network: the local mirror, a cache in the scratch folder, and
+    ``HfApi.upload_folder`` recording what it would upload; the scratch folder is the working directory."""
+    import huggingface_hub
+
+    monkeypatch.setenv("ELMO_DOWNLOAD_BASE_URL", download_server)
+    monkeypatch.setenv("ELMO_CACHE_DIR", str(docs_run.work / "elmo-cache"))
+
+    def upload_folder(self, *, folder_path, repo_id, **kwargs):
+        docs_run.uploads.append({"repo_id": repo_id, "files": sorted(os.listdir(folder_path))})
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "upload_folder", upload_folder)
+    monkeypatch.chdir(docs_run.work)
+    return docs_run
+
+
+RUNNABLE = runnable_blocks()
+
+
+@pytest.mark.parametrize("index", range(len(RUNNABLE)), ids=[f"{b.page}:{b.line}" for b in RUNNABLE])
+def test_docs_block_runs(index: int, docs_env: DocsRun):
+    """Each block of the docs runs as written (after the blocks before it, in page order). A block that needs an
+    optional library that is not installed skips, naming the library and the extra to install, and so does a block
+    that uses what a skipped or failed block made."""
+    docs_env.run_through(index)
+
+
+# --------------------------------------------------------------------------------------------------
+# Fast checks of the rules
 
 
 def test_docs_blocks_are_all_recognised():
@@ -320,9 +615,107 @@ def test_docs_blocks_are_all_recognised():
                 )
 
 
+def test_every_promise_names_one_block_that_runs():
+    for page, needle, check in PROMISES:
+        matches = [b for b in runnable_blocks() if b.page == page and needle in b.code]
+        assert len(matches) == 1, f"{check.__name__}: {len(matches)} blocks of {page} hold {needle!r}"
+
+
+def test_the_optional_libraries_are_those_of_the_extras():
+    """OPTIONAL_LIBRARIES (tests/conftest.py) names, for each library, an extra of pyproject.toml that installs it,
+    and NEEDS names only those libraries."""
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11")
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    for library, extra in OPTIONAL_LIBRARIES.items():
+        names = {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].replace("-", "_").lower() for r in extras[extra]}
+        assert library in names, f"{library} is not in the [{extra}] extra: {extras[extra]}"
+    assert {library for libraries in NEEDS.values() for library in libraries} <= set(OPTIONAL_LIBRARIES)
+    # And the other way: every library of the package's extras is in the table, so that a block using it can skip.
+    for extra, requirements in extras.items():
+        for requirement in requirements if extra not in ("test", "dev") else []:
+            name = re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].replace("-", "_").lower()
+            assert name == "modeling_elmo" or name in OPTIONAL_LIBRARIES, (extra, requirement)
+
+
+def _block(page: str, needle: str) -> Block:
+    (block,) = [b for b in all_blocks() if b.page == page and needle in b.code]
+    return block
+
+
+@pytest.mark.parametrize(
+    ("page", "needle", "libraries", "install"),
+    [
+        ("docs/demo.md", "build_app(models)", ["gradio", "matplotlib"], 'pip install -e ".[demo]"'),
+        ("docs/integrations.md", "from gensim.models import KeyedVectors", ["gensim"], 'pip install -e ".[gensim]"'),
+        ("docs/integrations.md", "import spacy", ["spacy"], 'pip install -e ".[spacy]"'),
+        ("docs/released-models.md", "export_onnx(", ["onnx", "onnxscript"], 'pip install -e ".[export]"'),
+        ("docs/training.md", "--output_dir elmo-mine", ["accelerate", "datasets", "seqeval"], '".[train]"'),
+        ("docs/demo.md", "--plot record.png", ["matplotlib"], 'pip install -e ".[demo]"'),
+    ],
+    ids=["demo", "gensim", "spacy", "onnx", "train", "plot"],
+)
+def test_a_block_without_its_libraries_skips_naming_the_extra(page, needle, libraries, install, monkeypatch):
+    """Issue 36: without gradio (or gensim...), the docs test failed on ModuleNotFoundError; the block's needs are
+    read from its imports and commands, and the reason names the extra."""
+    block = _block(page, needle)
+    assert set(libraries) <= block_needs(block)
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in libraries else find_spec(name))
+    why = missing_extras(block)
+    assert why and install in why and all(lib in why for lib in libraries), why
+
+
+def test_a_block_that_uses_a_skipped_blocks_results_skips_too(tmp_path, monkeypatch):
+    """Names from an earlier Python block of the page, and files an earlier block made, are dependencies."""
+    made = Block("x.md", "bash", "python -m modeling_elmo.training.train_tagger --output_dir ner-elmo\n", 1, "")
+    defines = Block("x.md", "python", "import gensim\nvectors = gensim.models.KeyedVectors(4)\n", 5, "")
+    uses = Block("x.md", "python", 'tagger = load("ner-elmo")\nprint(vectors, tagger)\n', 9, "")
+    alone = Block("x.md", "python", 'print(open("ner-elmo-other").read())\n', 13, "")
+    assert made_by(made) == {"ner-elmo"}
+    assert [(str(b), what) for b, what in dependencies(uses, [made, defines])] == [
+        (str(defines), "`vectors`"),
+        (str(made), "ner-elmo"),
+    ]
+    assert dependencies(alone, [made, defines]) == []
+    run = DocsRun(tmp_path, [made, defines, uses, alone], {}, {}, [])
+    run.outcomes[str(made)] = ("skipped", 'needs datasets: pip install -e ".[train]"')
+    run.outcomes[str(defines)] = ("skipped", 'needs gensim: pip install -e ".[gensim]"')
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("ELMO_REQUIRE_SHARED", raising=False)
+    with pytest.raises(pytest.skip.Exception, match=r"uses `vectors` from x.md:5 .*, which was skipped \(needs gensim"):
+        run.run_through(2)
+
+
 def test_readme_is_short_and_links_every_page():
     """The README is the first screen: at most 12 KiB, and it links every page of docs/."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert len(readme.encode("utf-8")) <= 12288
     for page in (REPO / "docs").glob("*.md"):
         assert f"(docs/{page.name})" in readme, f"README.md does not link docs/{page.name}"
+
+
+# A flag that makes a library run code from a folder, and the warning that must come with it in the same section.
+RUNS_FOLDER_CODE = re.compile(r"trust_remote_code=True")
+WARNING = re.compile(r"only (for )?folders (you|they) (made or )?trust")
+
+
+def test_every_flag_that_runs_a_folders_code_comes_with_a_warning():
+    """Issue 36: the docs showed ``trust_remote_code=True`` for ElmoModule folders without saying that the folder's
+    code then runs (a planted module ran). Each section of the README and docs/ that shows it warns."""
+    unwarned = []
+    for page in pages():
+        for section in sections(page):
+            if RUNS_FOLDER_CODE.search(section) and not WARNING.search(" ".join(section.split())):
+                unwarned.append(f"{page}: {section.splitlines()[0]}")
+    assert not unwarned, unwarned
+
+
+def sections(page: str) -> list[str]:
+    """The page cut at its headings (not at a ``#`` comment inside a code block), each with its heading line."""
+    found, fenced = [[]], False
+    for line in (REPO / page).read_text(encoding="utf-8").splitlines():
+        fenced ^= line.startswith("```")
+        if not fenced and re.match(r"#{1,6} ", line):
+            found.append([])
+        found[-1].append(line)
+    return ["\n".join(lines) for lines in found if lines]

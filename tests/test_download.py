@@ -9,6 +9,7 @@ replaced: ``HfApi.create_repo`` and ``HfApi.upload_folder`` record what they wou
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -173,10 +174,10 @@ def free_port() -> int:
 
 
 def cache_listing(cache: Path) -> list[str]:
-    """Everything under the cache folder, relative, except the lock files (which stay, empty)."""
+    """Everything under the cache folder, relative (lock files included: none may stay)."""
     if not cache.exists():
         return []
-    return sorted(str(p.relative_to(cache)) for p in cache.rglob("*") if not p.name.endswith(".download.lock"))
+    return sorted(str(p.relative_to(cache)) for p in cache.rglob("*"))
 
 
 def assert_same_weights(folder: Path, reference: Path) -> None:
@@ -355,6 +356,60 @@ def test_refused_connection_names_the_url_and_the_manual_route(tmp_path, capsys,
     assert cli.main(["similar", "--model", "small", "--device", "cpu"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: --model small: could not download") and "elmo convert" in err
+
+
+def test_no_lock_file_is_left_behind(server, tmp_path):
+    """A download that fails (no server there) leaves the cache as it found it: no ``.small.download.lock``; a
+    successful one leaves the model's folder only. The lock file is removed on release, while still held."""
+    cache = tmp_path / "cache"
+    with pytest.raises(DownloadError, match="Connection refused"):
+        download_released_model("small", cache_dir=cache, base_url=f"http://127.0.0.1:{free_port()}/", progress=False)
+    assert os.listdir(cache) == []
+    weights = server.files[WEIGHTS_PATH]
+    server.files[WEIGHTS_PATH] = b"not HDF5"
+    with pytest.raises(DownloadError, match="not a readable HDF5 file"):
+        download(server, cache)
+    assert sorted(str(p.relative_to(cache)) for p in cache.rglob("*")) == [
+        ".downloads",
+        ".downloads/small",
+        f".downloads/small/{Path(SMALL.options).name}",
+    ]  # the options file that passed its check is kept for the next call, and nothing else
+    server.files[WEIGHTS_PATH] = weights
+    assert download(server, cache) == cache / "small" and os.listdir(cache) == ["small"]
+
+
+@pytest.mark.parametrize("error", ["disk full", "converter bug"])
+def test_what_a_failed_conversion_keeps_and_says(server, tmp_path, monkeypatch, error):
+    """An error of writing (a full disk) keeps the downloaded files, and says that ``--force`` deletes them; any other
+    error the converter raises is one ``DownloadError`` (not a traceback), and the files are deleted so that the
+    next call fetches them anew."""
+    import modeling_elmo.hub.convert as converter
+
+    def fail(**kwargs):
+        if error == "disk full":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        raise RuntimeError("something the files made the converter trip on")
+
+    monkeypatch.setattr(converter, "convert", fail)
+    cache = tmp_path / "cache"
+    with pytest.raises(DownloadError) as info:
+        download(server, cache)
+    message = str(info.value)
+    if error == "disk full":
+        assert message.startswith(f"could not write {cache / 'small'}: [Errno 28] No space left on device; the ")
+        assert "downloaded files are kept for the next call (`elmo download small --force` deletes the downloaded " \
+            "files and downloads them again)" in message, message  # fmt: skip
+        assert sorted(os.listdir(cache / ".downloads" / "small")) == sorted(
+            Path(path).name for path in (SMALL.options, SMALL.weights)
+        )
+    else:
+        assert "do not convert: RuntimeError: something the files made the converter trip on (they were deleted: " \
+            "the next call downloads them anew)" in message, message  # fmt: skip
+        assert os.listdir(cache) == []
+    monkeypatch.undo()
+    requests = len(server.requests)
+    assert download(server, cache) == cache / "small"
+    assert len(server.requests) - requests == (0 if error == "disk full" else 2)  # the kept files are reused
 
 
 def test_offline_mode_uses_the_cache_only(server, tmp_path, monkeypatch):

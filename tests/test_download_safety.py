@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shutil
 import threading
 import time
 import zlib
@@ -155,16 +156,34 @@ def test_symlinked_lock_file_is_refused(server, tmp_path):
     assert snapshot(user) == before and server.requests == []
 
 
-def test_symlinked_model_folder_is_not_replaced(server, tmp_path):
-    """``CACHE/small`` a symlink to a user folder: ``--force`` refuses to convert into it."""
+@pytest.mark.parametrize("points_to", ["nothing", "a user folder", "a model"])
+def test_symlinked_model_folder_is_replaced_by_force_never_written_through(
+    server, tmp_path, converted_fixture, points_to, capsys
+):
+    """``CACHE/small`` a symlink. To a sound model folder, it is used (read only). Dangling, or to a user folder that
+    is no model, the message says that it is a link and that ``--force`` replaces the link; ``--force`` removes the
+    link itself, never what it points to, and converts into a real folder. The user's files are unchanged."""
     cache = tmp_path / "cache"
     user = user_folder(tmp_path)
+    shutil.copytree(converted_fixture, user / "model")
     before = snapshot(user)
     cache.mkdir()
-    (cache / "small").symlink_to(user / "small")
-    with pytest.raises(DownloadError, match=r"small is a symbolic link.*refusing"):
-        download(server, cache, force=True)
-    assert snapshot(user) == before and (cache / "small").is_symlink()
+    link = cache / "small"
+    link.symlink_to(
+        {"nothing": tmp_path / "missing", "a user folder": user / "small", "a model": user / "model"}[points_to]
+    )
+    if points_to == "a model":
+        assert download(server, cache) == link and server.requests == []
+    else:
+        argv = ["download", "small", "--cache_dir", str(cache), "--base_url", server.url, "--disable_tqdm"]
+        assert cli.main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: the cached model {link} is a symbolic link to {os.readlink(link)}, and ")
+        assert "run `elmo download small --force` to replace the link (not what it points to)" in err, err
+        assert err.count("\n") == 1 and server.requests == []
+    assert download(server, cache, force=True) == link
+    assert not link.is_symlink() and snapshot(user) == before
+    assert_same_weights(link, converted_fixture)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -364,3 +383,40 @@ def test_damaged_cached_model_is_detected(server, tmp_path, monkeypatch, capsys,
 
     assert download(server, cache, force=True) == folder
     assert_same_weights(folder, converted_fixture)
+
+
+# ---------------------------------------------------------------------------------------------
+# The demo language model's cached folder is checked too, and rebuilt when damaged
+# ---------------------------------------------------------------------------------------------
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+DEMO_DAMAGES = {
+    "cut model.safetensors": lambda folder: os.truncate(folder / "model.safetensors", 1000),
+    "a byte of model.safetensors flipped": lambda folder: _flip_a_byte(folder / "model.safetensors"),
+    "no tokenizer.json": lambda folder: (folder / "tokenizer.json").unlink(),
+    "empty config.json": lambda folder: (folder / "config.json").write_bytes(b""),
+    "no record of the files": lambda folder: (folder / ".elmo-demo-lm.json").unlink(),
+}
+
+
+def test_damaged_demo_language_model_folder_is_rebuilt(tmp_path):
+    from modeling_elmo.demo_models.language_model import demo_language_model_path, has_demo_language_model
+
+    if not has_demo_language_model():
+        pytest.skip("this checkout has no demo language model")
+    folder = demo_language_model_path(tmp_path)
+    original = snapshot(folder)
+    written = (folder / "model.safetensors").stat().st_mtime_ns
+    assert demo_language_model_path(tmp_path) == folder  # sound: found, not written again
+    assert (folder / "model.safetensors").stat().st_mtime_ns == written
+    for name, damage in DEMO_DAMAGES.items():
+        damage(folder)
+        assert demo_language_model_path(tmp_path) == folder
+        assert snapshot(folder) == original, name
+    assert os.listdir(tmp_path) == [folder.name]  # no staging or damaged folder left beside it

@@ -323,6 +323,31 @@ def test_spacy_refuses_bad_settings():
         spacy.blank("en").add_pipe("elmo", config={"batch_size": 0})
 
 
+@pytest.mark.parametrize(
+    ("device", "says"),
+    [
+        ("meta", r"device must be cpu, cuda, cuda:N or mps, got 'meta' \(meta tensors hold no data\)"),
+        ("xla", r"device must be cpu, cuda, cuda:N or mps, got 'xla'"),
+        ("gpu", r"device must be cpu, cuda, cuda:N or mps, got 'gpu'"),
+        ("cuda:99", r"device 'cuda:99': (CUDA is not available here|there are only \d+ CUDA devices)"),
+    ],
+    ids=["meta", "xla", "gpu", "cuda:99"],
+)
+def test_spacy_refuses_a_device_the_model_cannot_run_on(device, says, monkeypatch):
+    """Issue 36: ``device: meta`` failed with torch's RuntimeError; the factory checks the device first, before
+    the model loads."""
+    spacy = _require("spacy", "spacy")
+    import modeling_elmo.integrations as integrations
+    import modeling_elmo.integrations.spacy  # noqa: F401
+
+    def no_loading(model):
+        raise AssertionError("the model must not load for a device that is refused")
+
+    monkeypatch.setattr(integrations.spacy, "resolve_model_path", no_loading)
+    with pytest.raises(ValueError, match=says):
+        spacy.blank("en").add_pipe("elmo", config={"device": device})
+
+
 def test_spacy_finds_the_factory_by_entry_point(tmp_path):
     """The entry point declared in pyproject.toml, installed as package metadata: spaCy finds the factory without
     this package being imported first."""

@@ -15,6 +15,7 @@ import json
 import os
 import pickle
 import shutil
+import struct
 import threading
 import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,7 +29,7 @@ from test_download_safety import snapshot
 import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.hub.convert import ConversionError
-from modeling_elmo.hub.convert_manylangs import convert_manylangs, read_dictionary
+from modeling_elmo.hub.convert_manylangs import convert_manylangs, load_state_dict, read_dictionary
 from modeling_elmo.hub.download import DownloadError, canonical_name, download_released_model
 from modeling_elmo.hub.download_manylangs import LANGUAGES, unpack_model, zip_url
 from modeling_elmo.inference.embed_corpus import embed_corpus
@@ -477,7 +478,7 @@ def test_download_unpacks_and_converts_through_the_same_path(mirror, tmp_path, c
     folder = download_released_model("German", cache_dir=tmp_path / "cache", progress=False)
     assert folder == tmp_path / "cache" / "manylangs-de"
     assert "language: de" in (folder / "README.md").read_text(encoding="utf-8")
-    assert sorted(os.listdir(tmp_path / "cache")) == [".manylangs-de.download.lock", "manylangs-de"]
+    assert os.listdir(tmp_path / "cache") == ["manylangs-de"]  # no download, no lock file left
     expected = run(converted["with-words"], SENTENCES["sentences"][:4])
     for a, b in zip(run(folder, SENTENCES["sentences"][:4]), expected, strict=True):
         np.testing.assert_array_equal(a, b)
@@ -623,7 +624,162 @@ def test_a_downloaded_zip_with_a_parent_path_is_refused(mirror, tmp_path):
     with pytest.raises(DownloadError) as info:
         download_released_model("de", cache_dir=cache, base_url=base, progress=False)
     message = str(info.value)
-    assert "holds an unsafe path '../evil.json': refused" in message and "does not convert" in message, message
+    assert "holds an unsafe path '../evil.json': refused" in message and "does not unpack" in message, message
     assert "elmo convert --manylangs_dir DIR" in message
-    assert sorted(os.listdir(cache)) == [".manylangs-de.download.lock"]
+    assert os.listdir(cache) == []
     assert not list(tmp_path.rglob("evil.json"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Damaged downloads are deleted, not kept (issue 36 point 6), and every hostile .pkl is one clear error
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _damaged_zip(folder: Path, compression: int) -> bytes:
+    """``_zip(folder, "de/")`` compressed with ``compression``, 16 bytes of ``encoder.pkl``'s compressed data
+    overwritten near its start: the central directory reads, the entry does not decompress (zlib.error, LZMAError,
+    or bz2's OSError "Invalid data stream"), and its CRC is never reached."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=compression) as archive:
+        for path in sorted(folder.iterdir()):
+            archive.write(path, "de/" + path.name)
+    data = bytearray(buffer.getvalue())
+    with zipfile.ZipFile(io.BytesIO(bytes(data))) as archive:
+        offset = archive.getinfo("de/encoder.pkl").header_offset
+    name_length, extra_length = struct.unpack("<HH", data[offset + 26 : offset + 30])
+    start = offset + 30 + name_length + extra_length + 9
+    data[start : start + 16] = b"\xff" * 16
+    return bytes(data)
+
+
+@pytest.mark.parametrize(
+    "compression", [zipfile.ZIP_DEFLATED, zipfile.ZIP_LZMA, zipfile.ZIP_BZIP2], ids=["deflate", "lzma", "bzip2"]
+)
+def test_a_zip_that_does_not_unpack_is_deleted_and_fetched_anew(mirror, tmp_path, compression, capsys):
+    files, base = mirror
+    files["/repository/11/142.zip"] = _damaged_zip(FIXTURES / "chars-only", compression)
+    cache = tmp_path / "cache"
+    argv = ["download", "de", "--cache_dir", str(cache), "--base_url", base, "--disable_tqdm"]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: the zip of 'manylangs-de' downloaded from {base}142.zip does not unpack: "), err
+    assert "142.zip is damaged: 'de/encoder.pkl' does not unpack" in err and err.count("\n") == 1, err
+    assert "it was deleted: the next call downloads it anew" in err and "could not write" not in err, err
+    assert os.listdir(cache) == []  # no model, no download, no lock file
+    # The next call fetches it anew (here: the mirror serves a sound zip now).
+    files["/repository/11/142.zip"] = _zip(FIXTURES / "chars-only", prefix="de/")
+    folder = download_released_model("de", cache_dir=cache, base_url=base, progress=False)
+    assert (folder / "model.safetensors").is_file() and _Files.requests.count("/repository/11/142.zip") == 2
+
+
+def _zip_with_a_bad_utf8_name() -> bytes:
+    """A zip whose entry ``de/\u00e9.json`` (zipfile flags a non-ASCII name UTF-8, bit 11) is renamed, in both
+    headers, to the bytes ``de/\\xff\\xfe.json``, which are not UTF-8."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for path in sorted((FIXTURES / "chars-only").iterdir()):
+            archive.write(path, "de/" + path.name)
+        archive.writestr("de/\u00e9.json", b"{}")
+    data = buffer.getvalue()
+    name = "de/\u00e9.json".encode()
+    assert data.count(name) == 2
+    return data.replace(name, b"de/\xff\xfe.json")
+
+
+def test_a_zip_entry_name_that_is_not_utf8_names_the_zip(mirror, tmp_path, capsys):
+    archive = tmp_path / "m.zip"
+    archive.write_bytes(_zip_with_a_bad_utf8_name())
+    with pytest.raises(DownloadError) as info:
+        unpack_model(archive, tmp_path / "unpacked")
+    message = str(info.value)
+    assert message.startswith("m.zip is not a readable zip file") and r"de/\xff\xfe.json" in message, message
+    assert "flagged UTF-8" in message and not list((tmp_path / "unpacked").glob("*")), message
+
+    files, base = mirror
+    files["/repository/11/142.zip"] = _zip_with_a_bad_utf8_name()
+    cache = tmp_path / "cache"
+    assert cli.main(["download", "de", "--cache_dir", str(cache), "--base_url", base, "--disable_tqdm"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: the file downloaded from {base}142.zip is not a readable zip file"), err
+    assert "flagged UTF-8" in err and "it was deleted" in err and err.count("\n") == 1, err
+    assert os.listdir(cache) == []
+
+
+class _System:
+    """Unpickled, it would run ``touch MARKER`` through ``os.system`` (``posix.system``)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _no_torch_advice(message: str) -> None:
+    """One line of ours: torch's advice to load with ``weights_only=False`` (or to allow a global) never shows."""
+    assert "\n" not in message and "False" not in message and "safe_globals" not in message, message
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy"])
+def test_a_refused_global_is_named(tmp_path, legacy):
+    folder = _copy(tmp_path)
+    marker = tmp_path / "pwned"
+    state = torch.load(folder / "encoder.pkl", weights_only=True)
+    state["forward_layer_0.state_linearity.bias"] = _System(marker)
+    if legacy:
+        evil = {"forward_layer_0.state_linearity.bias": _System(marker)}  # a protocol torch's legacy reader reads
+        (folder / "encoder.pkl").write_bytes(pickle.dumps(evil, protocol=2))
+    else:
+        torch.save(state, folder / "encoder.pkl")
+    message = _refused(folder, tmp_path, str(folder / "encoder.pkl"), "posix.system")
+    _no_torch_advice(message)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("kind", ["sparse", "meta"])
+def test_sparse_and_meta_tensors_are_refused_by_name(tmp_path, kind):
+    folder = _copy(tmp_path)
+    state = torch.load(folder / "token_embedder.pkl", weights_only=True)
+    bias = state["projection.bias"]
+    state["projection.bias"] = bias.to_sparse() if kind == "sparse" else torch.empty_like(bias, device="meta")
+    torch.save(state, folder / "token_embedder.pkl")
+    words = ["sparse tensor (torch.sparse_coo)"] if kind == "sparse" else ["meta tensor (it holds no data)"]
+    message = _refused(folder, tmp_path, str(folder / "token_embedder.pkl"), "projection.bias", *words)
+    _no_torch_advice(message)
+
+
+def test_a_pkl_cut_short_is_one_clear_error(tmp_path, capsys):
+    """The zip-format ``encoder.pkl`` cut anywhere (torch raises OSError ``[Errno 22]``, RuntimeError or EOFError
+    by where): always the same error naming the file, never "could not write OUT"."""
+    folder = _copy(tmp_path)
+    whole = (folder / "encoder.pkl").read_bytes()
+    path = folder / "encoder.pkl"
+    shapes = {"forward_layer_0.state_projection.weight": (1, 1)}
+    for end in range(0, len(whole), 97):
+        path.write_bytes(whole[:end])
+        with pytest.raises(ConversionError) as error:
+            load_state_dict(path, shapes)
+        message = str(error.value)
+        assert message.startswith(f"{path} is not a readable PyTorch state dict"), (end, message)
+        _no_torch_advice(message)
+    path.write_bytes(whole[: len(whole) // 5])  # torch's OSError [Errno 22]
+    out = tmp_path / "out"
+    assert cli.main(["convert", "--manylangs_dir", str(folder), "--output_dir", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path} is not a readable PyTorch state dict") and err.count("\n") == 1, err
+    assert not out.exists()
+
+
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
+def test_random_bytes_are_always_one_clear_error(tmp_path):
+    """200 files of 4 KB of seeded random bytes (about 8% of which made the weights-only unpickler raise IndexError
+    or KeyError): each one the same kind of error, naming the file."""
+    path = tmp_path / "encoder.pkl"
+    for seed in range(200):
+        path.write_bytes(np.random.default_rng(seed).bytes(4096))
+        with pytest.raises(ConversionError) as error:
+            load_state_dict(path, {"weight": (2, 2)})
+        message = str(error.value)
+        assert message.startswith(str(path)) and len(message) < 500, (seed, message)
+        _no_torch_advice(message)

@@ -9,7 +9,7 @@ from huggingface_hub import EvalResult, ModelCard
 
 from modeling_elmo import ElmoConfig
 from modeling_elmo.demo_models.model import DEMO_MODEL_DIR
-from modeling_elmo.hub.model_card import GENERATED_MARKER, write_model_card
+from modeling_elmo.hub.model_card import GENERATED_MARKER, source_name, write_model_card
 
 TINY = dict(lstm_dim=32, projection_dim=8, char_cnn_filters=[[1, 4], [2, 4]], n_highway=1, char_embedding_dim=4)
 F1 = EvalResult(
@@ -75,3 +75,42 @@ def test_demo_model_card_has_its_measured_perplexity():
     by_name = {r.metric_name: r.metric_value for r in card.data.eval_results}
     assert by_name["Perplexity (mean of both directions)"] == pytest.approx(results["eval_perplexity"], abs=0.01)
     assert card.data.datasets == ["Salesforce/wikitext"] and card.data.license == "cc-by-sa-3.0"
+
+
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ("someone/elmo-original", "someone/elmo-original"),  # a Hub id
+        ("small", "small"),  # a released model's name
+        ("demo", "demo"),  # the bundled demo model
+        ("/home/me/models/elmo-original", "elmo-original"),  # a local folder: its name only
+        ("models/elmo-original/", "elmo-original"),
+    ],
+)
+def test_source_name_is_never_a_local_path(given, named):
+    assert source_name(given) == named
+
+
+def test_tagger_card_names_its_bilm_without_the_local_path(tmp_path):
+    """Issue 36.4: the card of a tagger trained with ``--bilm /an/absolute/folder`` embedded that path ("on the frozen
+    biLM of `/tmp/.../bilm`"); a card travels with the model and records the source's name only."""
+    pytest.importorskip("datasets")
+    pytest.importorskip("seqeval")
+    from modeling_elmo import ElmoModel, ElmoTokenizer
+    from modeling_elmo.training.train_tagger import main
+
+    bilm = tmp_path / "models" / "my-bilm"
+    ElmoModel(ElmoConfig(**TINY)).save_pretrained(bilm)
+    ElmoTokenizer().save_pretrained(bilm)
+    conll = tmp_path / "data" / "train.txt"
+    conll.parent.mkdir()
+    conll.write_text("John B-PER\nlives O\nin O\nParis B-LOC\n\nMary B-PER\nsat O\n\n" * 4, encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["--bilm", str(bilm.resolve()), "--train_file", str(conll), "--eval_file", str(conll), "--output_dir",
+            str(out), "--max_steps", "1", "--hidden_size", "4", "--num_layers", "1", "--word_dim", "4",
+            "--disable_tqdm", "--report_to", "none"]  # fmt: skip
+    assert main(argv) == 0
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "biLM of `my-bilm`" in card, card
+    assert str(tmp_path.resolve()) not in card and str(tmp_path) not in card
+    assert ModelCard(card).data.base_model is None  # a local folder is no Hub repository

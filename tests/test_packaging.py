@@ -18,6 +18,7 @@ SHIPPED = {
     "checks_elmo.py",
     "configuration_elmo.py",
     "crf.py",
+    "deprecated_paths.py",  # the old modeling_elmo.utils paths, for one release
     "fast_path_elmo.py",
     "lstm_state_elmo.py",
     "manylangs.py",
@@ -27,10 +28,24 @@ SHIPPED = {
     "modeling_elmo_tagging.py",
     "pipelines_elmo.py",
     "pipelines_fill_mask_elmo.py",
+    "plots.py",
     "py.typed",
+    "reference_elmo.py",
     "scoring_elmo.py",
     "softmax_elmo.py",
     "tokenization_elmo.py",
+}
+# The sub-packages (issue 35's layout), each installed whole: code, and the demo models' data.
+SUBPACKAGES = {
+    "commands",
+    "compat",
+    "demo_models",
+    "demo_models/demo_bilm",
+    "demo_models/demo_softmax",
+    "hub",
+    "inference",
+    "integrations",
+    "training",
 }
 
 
@@ -77,6 +92,40 @@ def test_wheel_installs_only_the_package(wheel):
     demo_lm = {Path(n).name for n in names if n.startswith("modeling_elmo/demo_models/demo_softmax/")}
     assert demo_lm == {"softmax.safetensors", "fit_results.json"}, demo_lm  # the demo's LM head, data only
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+
+
+def test_wheel_installs_every_file_of_the_package_and_its_subpackages(wheel):
+    """Every file of ``modeling_elmo/`` in git is in the wheel, where it is in the checkout: a folder missing from
+    pyproject's ``packages`` (or data missing from ``package-data``) loses its files without a word for data-only
+    folders."""
+    path, _ = wheel
+    tracked = {name for name in _source_files() if name.startswith("modeling_elmo/")}
+    installed = {name for name in zipfile.ZipFile(path).namelist() if name.startswith("modeling_elmo/")}
+    assert tracked == installed, {
+        "not installed": sorted(tracked - installed),
+        "not in git": sorted(installed - tracked),
+    }
+    folders = {str(Path(name).parent.relative_to("modeling_elmo")) for name in installed} - {"."}
+    assert folders == SUBPACKAGES, folders ^ SUBPACKAGES
+
+
+def test_the_test_extra_installs_every_extra_and_dev_adds_only_ruff():
+    """Issue 36: the README's test command installs ``.[train,test]``; the suite exercises every extra with its real
+    library (gradio, gensim, sentence-transformers, spaCy, ONNX...), so ``test`` must pull in all of them."""
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11")
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+
+    def included(extra: str) -> set[str]:
+        """The extras that ``extra`` pulls in through ``modeling-elmo[...]``, itself included."""
+        found = {extra}
+        for requirement in extras[extra]:
+            if requirement.startswith("modeling-elmo["):
+                for name in requirement.partition("[")[2].rstrip("]").split(","):
+                    found |= included(name.strip())
+        return found
+
+    assert included("test") == set(extras) - {"dev"}, included("test")
+    assert extras["dev"] == ["modeling-elmo[train,test]", "ruff>=0.6"], extras["dev"]
 
 
 def test_wheel_metadata(wheel):

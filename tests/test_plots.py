@@ -49,3 +49,32 @@ def test_scalar_mix_weights_are_the_softmax_of_the_parameters(tmp_path):
     assert path.read_bytes()[:8] == PNG_SIGNATURE and min(_decoded_size(path)) > 100
     with pytest.raises(ValueError, match="no scalar mix"):
         save_scalar_mix_plot(tmp_path / "none.png", [])
+
+
+def test_a_big_heatmap_costs_about_linearly(tmp_path):
+    """200 sentences (3 layers, as the demo draws them): no number in the 40,000 cells of each heatmap, about
+    ``TICK_LABELS_MAX`` ticks, and a figure of bounded height. Once, every cell got a text label and the figure grew
+    with the rows: 128 s and gigabytes for 200 lines in the web demo."""
+    from modeling_elmo.plots import CELL_VALUES_MAX, MAX_FIGURE_HEIGHT, TICK_LABELS_MAX, similarity_figure
+
+    n = 200
+    torch.manual_seed(0)
+    vectors = torch.nn.functional.normalize(torch.randn(n, 8), dim=-1)
+    sim = vectors @ vectors.T
+    fig = similarity_figure("word", [f"sentence {i}" for i in range(n)], [sim] * 3, ["a", "b", "c"])
+    heatmaps = fig.axes[:3]
+    assert sum(len(ax.texts) for ax in heatmaps) == 0
+    assert all(len(ax.get_yticks()) <= TICK_LABELS_MAX and len(ax.get_xticks()) <= TICK_LABELS_MAX for ax in heatmaps)
+    assert fig.get_figheight() <= MAX_FIGURE_HEIGHT
+    fig.savefig(tmp_path / "big.png", dpi=100)
+    assert min(_decoded_size(tmp_path / "big.png")) > 300
+
+    small = similarity_figure("word", ["a", "b", "c", "d"], [sim[:4, :4]], ["top"])
+    (ax,) = small.axes[:1]
+    assert len(ax.texts) == 16 and 4 <= CELL_VALUES_MAX  # a small table keeps its values in the cells
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["1: a", "2: b", "3: c", "4: d"]
+    with pytest.raises(ValueError, match=r"sim must be \(3, 3\)"):
+        similarity_figure("word", ["a", "b", "c"], [sim[:4, :4]], ["top"])
+    import matplotlib.pyplot as plt
+
+    plt.close("all")

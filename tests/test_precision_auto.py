@@ -17,6 +17,7 @@ from helpers import TINY
 
 import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from modeling_elmo.commands import common
 from modeling_elmo.demo_models.model import demo_model_path
 from modeling_elmo.inference.precision import (
     CPU_FLAGS,
@@ -84,6 +85,48 @@ def test_kernels_limited_to_avx2_choose_float32():
     done = subprocess.run([sys.executable, "-c", _LIMITED], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "float32"
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "expected", "says", "never_says"),
+    [
+        # A VNNI CPU whose int8 kernel is limited to 7-bit activations (FBGEMM on AVX2) does have VNNI (issue 36).
+        (ZEN4_EPYC - {INT8_FULL_RANGE}, "bfloat16", "has VNNI, but its int8 kernel takes 7-bit", "without VNNI"),
+        ({"avx512_bf16", ONEDNN_BF16}, "bfloat16", "without VNNI", "7-bit"),
+        ({"avx512_vnni"}, "float32", "has VNNI, but its int8 kernel takes 7-bit", "no VNNI"),
+        (AMX_XEON - {ONEDNN_BF16}, "int8", "has AMX, but oneDNN", "VNNI without AMX"),
+        ({"amx_bf16", "avx512_bf16"}, "float32", "has bfloat16 units, but oneDNN does not use them", "no bfloat16"),
+        (AVX2_EPYC, "float32", "no bfloat16 units; no VNNI", "but"),
+    ],
+    ids=["vnni-7bit-kernel", "bf16-only", "vnni-flag-7bit-kernel", "amx-onednn-limited", "no-kernels", "avx2"],
+)
+def test_the_reason_names_units_the_kernels_leave_unused(capabilities, expected, says, never_says):
+    choice = choose_precision("cpu", capabilities=capabilities)
+    assert choice.name == expected and says in choice.reason and never_says not in choice.reason, choice
+
+
+_LIMITED_REASON = (
+    "import json\n"
+    "from modeling_elmo.inference.precision import choose_precision, cpu_capabilities\n"
+    "caps = cpu_capabilities()\n"
+    "print(json.dumps(sorted(caps)))\n"
+    "print(choose_precision('cpu', capabilities=caps - {'amx_bf16'}).reason)\n"  # this CPU as if it had no AMX
+)
+
+
+def test_fbgemm_limited_to_avx2_on_a_vnni_cpu_is_not_called_a_cpu_without_vnni():
+    """Issue 36: under FBGEMM_ENABLE_INSTRUCTIONS=AVX2, a VNNI CPU without AMX got "AVX-512 BF16 without VNNI". The
+    kernels here, limited by the variable: the reason names the limit, not a missing unit."""
+    env = dict(os.environ, FBGEMM_ENABLE_INSTRUCTIONS="AVX2", OMP_NUM_THREADS="1")
+    env.pop("ONEDNN_MAX_CPU_ISA", None)
+    done = subprocess.run([sys.executable, "-c", _LIMITED_REASON], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    caps_line, reason = done.stdout.strip().splitlines()[-2:]
+    caps = set(json.loads(caps_line))
+    if not caps & {"avx512_vnni", "avx_vnni"} or INT8_FULL_RANGE in caps:
+        pytest.skip(f"needs a VNNI CPU whose int8 kernel FBGEMM_ENABLE_INSTRUCTIONS=AVX2 limits; this one has {caps}")
+    assert "without VNNI" not in reason and "no VNNI" not in reason, reason
+    assert "FBGEMM_ENABLE_INSTRUCTIONS=AVX2" in reason, reason
 
 
 # ------------------------------------------------------------------------------ the choice's error, measured
@@ -208,9 +251,9 @@ def test_precision_int8_off_the_cpu_is_refused_by_its_own_name():
     """``--precision int8`` with a GPU device: the error names ``--precision`` (the flag given), not ``--quantize``.
     Called directly: without a GPU, ``--device cuda`` stops earlier, at ``resolve_device``."""
     args = argparse.Namespace(precision="int8", dtype=None, quantize=None)
-    with pytest.raises(cli.CliError, match=r"^--precision int8 runs on CPU only, not on cuda") as caught:
-        cli.resolve_precision(args, torch.device("cuda"))
+    with pytest.raises(common.CliError, match=r"^--precision int8 runs on CPU only, not on cuda") as caught:
+        common.resolve_precision(args, torch.device("cuda"))
     assert "--quantize" not in str(caught.value)
     cpu = argparse.Namespace(precision="int8", dtype=None, quantize=None)
-    cli.resolve_precision(cpu, torch.device("cpu"))
+    common.resolve_precision(cpu, torch.device("cpu"))
     assert (cpu.dtype, cpu.quantize) == ("float32", "int8")

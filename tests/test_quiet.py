@@ -1,6 +1,7 @@
-"""What a user sees (issues 15 and 27): quiet loads (what a load rightly lacks is declared with transformers'
-``_keys_to_ignore_on_load_*``), transformers' report and one error for a real mismatch, and an ``elmo --help`` that
-imports neither torch nor transformers, while ``import modeling_elmo`` registers with transformers by plain calls.
+"""What a user sees (issues 15, 27 and 37.5): quiet loads (what a load rightly lacks is declared with transformers'
+``_keys_to_ignore_on_load_*``: scalar mixes, an LM softmax), transformers' report for a new, untrained head and for
+a real mismatch (then one error), and an ``elmo --help`` that imports neither torch nor transformers, while
+``import modeling_elmo`` registers with transformers by plain calls.
 
 Each check runs in a fresh interpreter (the import state and transformers' logging at its default level are the
 point), on tiny folders written once by this module.
@@ -18,7 +19,14 @@ import pytest
 import torch
 from helpers import TINY_SIZES
 
-from modeling_elmo import ElmoConfig, ElmoForPreTraining, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from modeling_elmo import (
+    ElmoConfig,
+    ElmoForPreTraining,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+    demo_model_path,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformers")
@@ -72,8 +80,6 @@ from transformers import AutoModel, AutoTokenizer
 ElmoModel.from_pretrained(f"{root}/bilm")
 ElmoModel.from_pretrained(f"{root}/lm")                                    # train_lm output: softmax.* left out
 ElmoForPreTraining.from_pretrained(f"{root}/lm")
-ElmoForTokenClassification.from_pretrained(f"{root}/bilm", num_labels=5)   # a new tagger head
-ElmoForTokenClassification.from_pretrained(f"{root}/lm", num_labels=5)     # a new tagger on a trained LM
 ElmoForTokenClassification.from_pretrained(f"{root}/tagger")
 AutoModel.from_pretrained(f"{root}/lm")
 for kind in ("bilm", "lm", "tagger"):
@@ -105,6 +111,33 @@ def test_loads_print_no_table_and_a_mismatch_one_error(folders):
     (error,) = _lines(done.stdout)
     assert error.startswith("ValueError: the weights in") and "do not fit the config" in error, error
     assert "MISMATCH" in done.stderr and "Traceback" not in done.stderr
+
+
+_NEW_HEAD = """
+import sys
+import modeling_elmo
+from transformers import pipeline
+root = sys.argv[1]
+if sys.argv[2] == "pipeline":
+    print(len(pipeline("token-classification", model=sys.argv[3], ignore_labels=[])("John lives in Paris .")))
+else:
+    modeling_elmo.ElmoForTokenClassification.from_pretrained(f"{root}/{sys.argv[2]}", num_labels=5)
+"""
+
+
+@pytest.mark.parametrize("how", ["pipeline", "bilm", "lm"])
+def test_a_tagger_with_a_new_head_is_reported_as_untrained(folders, how):
+    """A tagger loaded from a folder without a head, a biLM (the demo model, through the stock pipeline) or an LM,
+    is untrained, and transformers' report says so: its head is listed as newly initialised. (Before, the head was
+    declared expected-missing and such a load said nothing: a pipeline tagged with random weights, silently.) The
+    biLM's weights come from the folder: they are not in the report."""
+    done = _python("-c", _NEW_HEAD, str(folders), how, str(demo_model_path()))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ElmoForTokenClassification LOAD REPORT" in done.stderr, done.stderr[-3000:]
+    assert "classifier.weight" in done.stderr and "MISSING" in done.stderr and "newly initialized" in done.stderr
+    assert "char_cnn" not in done.stderr and "bilm.layers" not in done.stderr
+    if how == "pipeline":
+        assert _lines(done.stdout) == ["5"]  # it still tags: five words
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ from modeling_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
+from modeling_elmo.commands import common
 from modeling_elmo.inference.quantize import Int8BiLstmLayer, Int8Linear, needs_reduced_range, quantize_int8
 from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
 
@@ -323,9 +324,9 @@ def test_reduced_paths_run_on_a_cpu_without_bfloat16_or_vnni_units():
 
 
 def test_embed_dtype_and_quantize_reach_the_model(tiny_dir, tmp_path, capsys):
-    _, model = cli.load_model(str(tiny_dir), torch.device("cpu"), "bfloat16")
+    _, model = common.load_model(str(tiny_dir), torch.device("cpu"), "bfloat16")
     assert model.dtype == torch.bfloat16 and model.bilm.layers[0].state_kernel.dtype == torch.bfloat16
-    _, model = cli.load_model(str(tiny_dir), torch.device("cpu"), quantize="int8")
+    _, model = common.load_model(str(tiny_dir), torch.device("cpu"), quantize="int8")
     assert all(isinstance(layer, Int8BiLstmLayer) for layer in model.bilm.layers)
 
     text = tmp_path / "in.txt"
@@ -354,15 +355,15 @@ def test_embed_dtype_and_quantize_reach_the_model(tiny_dir, tmp_path, capsys):
 
 @pytest.mark.parametrize("units", [False, True], ids=["without-units", "with-units"])
 def test_bfloat16_on_a_cpu_without_its_units_says_it_is_slower(tiny_dir, capsys, monkeypatch, units):
-    monkeypatch.setattr(cli, "_cpu_has_bfloat16_units", lambda: units)
-    _, model = cli.load_model(str(tiny_dir), torch.device("cpu"), "bfloat16")
+    monkeypatch.setattr(common, "_cpu_has_bfloat16_units", lambda: units)
+    _, model = common.load_model(str(tiny_dir), torch.device("cpu"), "bfloat16")
     assert model.dtype == torch.bfloat16  # a note, not a refusal
     note = "no bfloat16 matrix units" in capsys.readouterr().err
     assert note is not units
-    cli.load_model(str(tiny_dir), torch.device("cpu"))  # float32: nothing to say
+    common.load_model(str(tiny_dir), torch.device("cpu"))  # float32: nothing to say
     assert "bfloat16" not in capsys.readouterr().err
 
 
 def test_bfloat16_units_probe_is_oneDNNs():
     expected = not torch.backends.mkldnn.is_available() or torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    assert cli._cpu_has_bfloat16_units() == bool(expected)
+    assert common._cpu_has_bfloat16_units() == bool(expected)

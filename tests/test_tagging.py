@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,14 +24,8 @@ from transformers import (
 )
 
 from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
-from modeling_elmo.training.train_tagger import (
-    build_word_vocab,
-    detect_scheme,
-    iob1_to_bio,
-    main,
-    predict_sentences,
-    read_conll,
-)
+from modeling_elmo.training.tagging_data import build_word_vocab, detect_scheme, iob1_to_bio, read_conll
+from modeling_elmo.training.train_tagger import main, predict_sentences
 
 LABELS = ["O", "B-LOC", "I-LOC", "B-PER", "I-PER"]
 NAMES = ["John Smith", "Mary", "Paul Jones"]
@@ -384,6 +385,67 @@ def test_command_end_to_end(tmp_path, capsys):
     assert len(printed) == 2
 
 
+def test_names_moved_out_of_train_tagger_still_import_from_it_with_a_warning():
+    """The CoNLL reading and tag schemes moved to ``modeling_elmo.training.tagging_data``, the Trainer's pieces and
+    the metrics to ``modeling_elmo.training.tagger_trainer`` (issue 37.6): for one release the old path gives the
+    same objects, with a FutureWarning that names the new module."""
+    import importlib
+
+    from modeling_elmo.training import train_tagger
+
+    assert set(train_tagger.MOVED_NAMES.values()) == {
+        "modeling_elmo.training.tagging_data",
+        "modeling_elmo.training.tagger_trainer",
+    }
+    for name, module in train_tagger.MOVED_NAMES.items():
+        with pytest.warns(FutureWarning, match=rf"`{module}`: import `{name}` from there") as caught:
+            value = getattr(train_tagger, name)
+        assert value is getattr(importlib.import_module(module), name)
+        assert f"modeling_elmo.training.train_tagger.{name}" in str(caught[0].message)
+    with pytest.warns(FutureWarning, match="modeling_elmo.training.tagging_data"):
+        from modeling_elmo.training.train_tagger import read_conll as old_read_conll
+    assert old_read_conll is read_conll
+    with pytest.raises(AttributeError, match="no_such_name"):
+        train_tagger.no_such_name  # noqa: B018
+
+
+def _first_bash_block(page: Path) -> list[list[str]]:
+    """The commands of a page's first bash block, continuation lines joined (as tests/test_docs.py reads them)."""
+    code = re.search(r"^```bash\n(.*?)^```", page.read_text(encoding="utf-8"), re.S | re.M).group(1)
+    return [shlex.split(line) for line in code.replace("\\\n", " ").splitlines() if line.strip()]
+
+
+@pytest.mark.slow
+def test_the_training_docs_first_example_trains_a_tagger_with_an_f1_and_a_plot(tmp_path):
+    """docs/training.md's first example, exactly as written (``--bilm demo`` on docs/data's sample), in full: the
+    docs test (tests/test_docs.py) runs it with 2 steps. It ends with a saved model, a dev F1 and the scalar-mix plot,
+    and the tagger then tags the held-out names of its example sentence."""
+    pytest.importorskip("datasets")
+    pytest.importorskip("seqeval")
+    pytest.importorskip("matplotlib")
+    repo = Path(__file__).resolve().parent.parent
+    shutil.copytree(repo / "docs" / "data", tmp_path / "docs" / "data")  # a checkout's docs/data, nothing else
+    commands = _first_bash_block(repo / "docs" / "training.md")
+    assert [argv[:3] for argv in commands] == [["python", "-m", "modeling_elmo.training.train_tagger"]] * 2
+    assert commands[0][3:5] == ["--bilm", "demo"] and "--predict" in commands[1]
+    env = {**os.environ, "PYTHONPATH": str(repo), "TOKENIZERS_PARALLELISM": "false"}
+    runs = [
+        subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+        for argv in commands
+    ]
+    for done in runs:
+        assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / commands[0][commands[0].index("--output_dir") + 1]
+    assert json.loads(runs[0].stdout)["eval_f1"] > 0.8  # the docs say 0.967
+    assert json.loads((out / "all_results.json").read_text())["eval_f1"] > 0.8
+    assert {"config.json", "model.safetensors", "tokenizer.json", "README.md", "scalar_mix_weights.png"} <= {
+        p.name for p in out.iterdir()
+    }
+    assert (out / "scalar_mix_weights.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    tags = dict(line.split("\t") for line in runs[1].stdout.split("\n\n")[0].splitlines())
+    assert (tags["Julia"], tags["Stern"], tags["Vantage"], tags["Hamburg"]) == ("B-PER", "I-PER", "B-ORG", "B-LOC")
+
+
 def test_command_no_elmo_baseline_and_errors(tmp_path, capsys):
     _write_conll(tmp_path / "train.txt", *make_corpus(60, seed=5))
     out = tmp_path / "base"
@@ -482,11 +544,11 @@ trainer = Trainer(model=model, args=args, train_dataset=features,
                   data_collator=DataCollatorForTokenClassification(tokenizer))
 trainer.train()
 trainer.save_model(out)
-# An orderly exit: a process that ends with gloo's threads still running can abort ("terminate called without an
-# active exception"), seen once in CI after both ranks had finished.
-if torch.distributed.is_initialized():
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
+# An orderly exit, as the commands': the group ends here, not when the Trainer (its DDP reducer holding the group)
+# is freed at the interpreter's shutdown, where gloo's threads abort ("terminate called without an active exception",
+# once in CI) or deadlock on the GIL (issue 36).
+from modeling_elmo.training.distributed import finish_distributed
+finish_distributed(trainer)
 """
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from huggingface_hub import ModelCard
 from transformers import TrainerCallback
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
-from modeling_elmo.training import train_tagger
+from modeling_elmo.training import tagging_data, train_tagger
 from modeling_elmo.training.train_tagger import build_parser, main, parse_args, setup_logging, train
 
 pytest.importorskip("datasets")
@@ -206,7 +207,7 @@ def test_a_local_dataset_folder_loads_through_load_dataset(tmp_path):
         rows = [json.dumps({"tokens": s, "ner_tags": t}) for s, t in zip(sentences, tags, strict=True)]
         (folder / f"{name}.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
     data_args = train_tagger.DataArguments(dataset_name=str(folder), cache_dir=str(tmp_path / "cache"))
-    data = train_tagger.load_tagging_data(data_args)
+    data = tagging_data.load_tagging_data(data_args)
     assert data.train_sentences == corpus(6, 5)[0] and data.train_tags == corpus(6, 5)[1]
     assert data.eval_tags == corpus(6, 6)[1] and data.label_names is None  # string tags: no ClassLabel
 
@@ -239,6 +240,57 @@ def test_push_to_hub_uploads_the_commands_card(files, tmp_path, capsys):
     assert index["f1"] == pytest.approx(100 * f1, abs=0.01)  # the command's card with the measured F1
 
 
+def test_help_shows_the_taggers_options_first_and_the_common_trainer_options_under_their_heading(files, capsys):
+    """Issue 36.4: ``--help`` was 704 lines, ELMo's options lost among transformers' 120 TrainingArguments. Now: the
+    biLM and tagger options, then the data, then the TrainingArguments under their own heading, only the common ones
+    (and those the tagger's recipe sets); ``--help-all`` lists every one, and every one works either way."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"], prog="elmo train-tagger")
+    assert exit_info.value.code == 0
+    short = capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help-all"], prog="elmo train-tagger")
+    assert exit_info.value.code == 0
+    full = capsys.readouterr().out
+    for text in (short, full):
+        order = [
+            text.index("\nthe biLM and the tagger:\n"),
+            text.index("  --bilm PATH"),
+            text.index("\ndata:\n"),
+            text.index("  --train_file"),
+            text.index("\ntraining (transformers' TrainingArguments, the tagger's recipe as defaults):\n"),
+            text.index("  --learning_rate"),
+        ]
+        assert order == sorted(order), order
+        assert text.startswith("usage: elmo train-tagger (--bilm MODEL | --no_elmo)")
+    # The recipe's own options and the common ones in both; the rare ones only with --help-all.
+    for flag in ("--time_budget", "--num_threads", "--per_device_train_batch_size", "--bf16", "--push_to_hub"):
+        assert f"  {flag}" in short and f"  {flag}" in full, flag
+    for flag in ("--adam_beta1", "--torch_compile_mode", "--hub_private_repo"):
+        assert f"  {flag}" not in short and f"  {flag}" in full, flag
+    assert "--help-all" in short and len(short.splitlines()) < 300 < len(full.splitlines())
+    # Hidden from --help, not from the parser.
+    base = ["--no_elmo", "--train_file", str(files["train"]), "--output_dir", "o"]
+    _, _, args = parse_args([*base, "--adam_beta1", "0.8"])
+    assert args.adam_beta1 == 0.8
+
+
+def test_bilm_takes_demo_as_the_commands_take_it(files, tmp_path, monkeypatch):
+    """``--bilm demo`` was refused ("not a folder"), while ``elmo score --model demo`` and ``export-vectors --model
+    demo`` worked: it is the bundled demo biLM's folder now (a folder called demo in the working directory wins)."""
+    from modeling_elmo import demo_model_path
+
+    base = ["--train_file", str(files["train"]), "--output_dir", str(tmp_path / "out")]
+    model_args, _, _ = parse_args(["--bilm", "demo", *base])
+    assert model_args.bilm == str(demo_model_path()) and model_args.bilm_name == "demo"
+    model_args, _, _ = parse_args(["--model_name_or_path", "demo", *base])
+    assert model_args.bilm == str(demo_model_path())
+    monkeypatch.chdir(tmp_path)
+    shutil.copytree(files["bilm"], tmp_path / "demo")
+    model_args, _, _ = parse_args(["--bilm", "demo", *base])
+    assert model_args.bilm == "demo"
+
+
 # ---------------------------------------------------------------------------------------------
 # Logging: status on stderr, JSON alone on stdout, no LOAD REPORT, progress bars off with transformers' switch
 # ---------------------------------------------------------------------------------------------
@@ -260,6 +312,7 @@ def test_stdout_holds_only_the_json_result_and_loads_are_quiet(files, tmp_path):
     err = done.stderr
     assert "training sentences" in err and "'loss'" in err  # status and the Trainer's log lines: stderr
     assert "LOAD REPORT" not in err and "MISSING" not in err  # the new head's weights are no news
+    assert "new in the tagger, trained from scratch: classifier, crf, encoder, word_embeddings" in err  # one line
     assert "it/s]" not in err and "%|" not in err  # transformers' switch turned every progress bar off
     assert "PAD/BOS/EOS" not in err
 
@@ -350,7 +403,7 @@ def test_encode_dataset_refuses_a_negative_max_words(max_words):
 
     dataset = Dataset.from_dict({"tokens": [["a", "b", "c"]], "tags": [["O", "O", "O"]]})
     with pytest.raises(ValueError, match="max_words must be"):
-        train_tagger.encode_dataset(dataset, ElmoTokenizer(), {"O": 0}, False, max_words)
+        tagging_data.encode_dataset(dataset, ElmoTokenizer(), {"O": 0}, False, max_words)
 
 
 @pytest.mark.parametrize(("max_words", "kept"), [(None, 3), (0, 3), (2, 2)])
@@ -358,5 +411,5 @@ def test_encode_dataset_max_words_cuts_or_keeps(max_words, kept):
     from datasets import Dataset
 
     dataset = Dataset.from_dict({"tokens": [["a", "b", "c"]], "tags": [["O", "O", "O"]]})
-    encoded = train_tagger.encode_dataset(dataset, ElmoTokenizer(), {"O": 0}, False, max_words)
+    encoded = tagging_data.encode_dataset(dataset, ElmoTokenizer(), {"O": 0}, False, max_words)
     assert encoded[0]["length"] == kept and encoded[0]["labels"] == [0] * kept

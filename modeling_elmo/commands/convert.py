@@ -17,7 +17,9 @@ import argparse
 import os
 import sys
 
-from ..hub.convert import ConversionError, convert
+from .common import UsageError, run_command
+
+PROG = "elmo convert"
 
 
 def push_to_hub(folder: str | os.PathLike, repo_id: str, private: bool | None = None) -> str:
@@ -37,10 +39,8 @@ def push_to_hub(folder: str | os.PathLike, repo_id: str, private: bool | None = 
     return str(repo) if isinstance(repo, str) else f"https://huggingface.co/{repo_id}"  # a RepoUrl is its URL
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description="Convert original ELMo weights (options.json + HDF5) to a Hugging Face model folder."
-    )
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Convert original ELMo weights (options.json + HDF5) to a Hugging Face model folder."
     parser.add_argument("--options_file", help="the model's options.json")
     parser.add_argument("--weight_file", help="the model's HDF5 weights")
     parser.add_argument(
@@ -71,20 +71,24 @@ def main(argv: list[str] | None = None) -> int:
         help="also write the model's code files and auto_map, so that the folder loads without this package "
         "(trust_remote_code=True); default: a plain folder (config, weights, tokenizer, card)",
     )
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``elmo convert``: see ``--help``. Errors: ``error: ...`` and 1 for inputs the converter refuses or a failed
+    write; [`UsageError`] for flags that do not go together."""
     if args.no_progress:
         print("note: --no_progress is deprecated and will be removed in the next release; use --disable_tqdm",
               file=sys.stderr)  # fmt: skip
     if args.private and not args.push_to_hub:
-        parser.error("--private needs --push_to_hub REPO")
+        raise UsageError("--private needs --push_to_hub REPO")
     if args.manylangs_dir is not None:
         if args.options_file or args.weight_file or args.vocab_file or args.softmax_weight_file or args.remote_code:
-            parser.error(
+            raise UsageError(
                 "--manylangs_dir takes no --options_file, --weight_file, --vocab_file, --softmax_weight_file or "
                 "--remote_code"
             )
     elif not (args.options_file and args.weight_file):
-        parser.error("the following arguments are required: --options_file, --weight_file (or --manylangs_dir)")
+        raise UsageError("the following arguments are required: --options_file, --weight_file (or --manylangs_dir)")
     if args.push_to_hub:  # a bad name fails now, not after the conversion
         from huggingface_hub.utils import HFValidationError, validate_repo_id
 
@@ -94,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --push_to_hub {args.push_to_hub!r} is not a Hub repository id (owner/name): {err}",
                   file=sys.stderr)  # fmt: skip
             return 1
+    from ..hub.convert import ConversionError, convert  # h5py: not for --help
+
     try:
         if args.manylangs_dir is not None:
             from ..hub.convert_manylangs import convert_manylangs
@@ -129,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"Published to {url}")
     return 0
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    """``elmo convert ARGV`` (also ``python convert_original_weights.py``); returns the exit code."""
+    return run_command(add_arguments, run, argv, prog)
 
 
 if __name__ == "__main__":

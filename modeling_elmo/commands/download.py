@@ -28,6 +28,9 @@ from ..hub.download import (
     released_model_names,
 )
 from ..hub.download_manylangs import list_models
+from .common import UsageError, run_command
+
+PROG = "elmo download"
 
 
 def _list_models(base_url: str | None) -> str:
@@ -42,18 +45,16 @@ def _list_models(base_url: str | None) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``elmo download``: prints the converted folder on stdout; ``error: ...`` on stderr and 1 on failure."""
-    parser = argparse.ArgumentParser(
-        prog="elmo download",
-        description=(
-            "Download a released ELMo model from AllenNLP (options.json + HDF5 weights), check it, convert it once "
-            "into the cache, and print the folder (which --model, from_pretrained and the training commands take). "
-            "An interrupted download resumes; a second call uses the cache without any request."
-        ),
-        epilog=f"Names: {', '.join(released_model_names())}. Environment: {CACHE_DIR_ENV} (cache folder), "
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Download a released ELMo model from AllenNLP (options.json + HDF5 weights), check it, convert it once "
+        "into the cache, and print the folder (which --model, from_pretrained and the training commands take). "
+        "An interrupted download resumes; a second call uses the cache without any request."
+    )
+    parser.epilog = (
+        f"Names: {', '.join(released_model_names())}. Environment: {CACHE_DIR_ENV} (cache folder), "
         f"{BASE_URL_ENV} (a mirror of {DEFAULT_BASE_URL}), {MIN_RATE_ENV} (bytes/s a download must average over "
-        "each minute, default 1024, 0 for none), HF_HUB_OFFLINE=1 (cache only).",
+        "each minute, default 1024, 0 for none), HF_HUB_OFFLINE=1 (cache only)."
     )
     parser.add_argument(
         "name",
@@ -67,13 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="download and convert again even if cached")
     parser.add_argument("--disable_tqdm", action="store_true", help="no progress bars (transformers' flag name)")
     parser.add_argument("--no_progress", action="store_true", help=argparse.SUPPRESS)  # the first spelling
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``elmo download``: prints the converted folder on stdout; ``error: ...`` on stderr and 1 on failure."""
     if args.list:
         print(_list_models(args.base_url))
         print(list_models(args.base_url))
         return 0
     if args.name is None:
-        parser.error("give a model NAME (or --list)")
+        raise UsageError("give a model NAME (or --list)")
     try:
         folder = download_released_model(
             args.name,
@@ -90,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print(folder)
     return 0
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_command(add_arguments, run, argv, prog)
 
 
 if __name__ == "__main__":

@@ -7,37 +7,51 @@ Command::
 ``--model`` is a folder converted with ``elmo convert --softmax_weight_file`` (an ``ElmoForPreTraining``), a
 released LM name (``original-lm``, ``original-5.5B-lm``: downloaded and converted on first use), or ``demo``: the
 bundled toy demo biLM with its softmax, where the package has it (see ``modeling_elmo.demo_models.language_model``).
-FILE holds one sentence per line (``-``: stdin). Each output line is ``{"tokens", "forward_logprob", "backward_logprob",
-"perplexity"}`` (see ``modeling_elmo.scoring_elmo``).
+FILE holds one sentence per line: a file, a pipe (``<(zcat corpus.gz)``) or ``-`` for stdin. Each output line is
+``{"tokens", "forward_logprob", "backward_logprob", "perplexity"}`` (see ``modeling_elmo.scoring_elmo``), on stdout
+or published whole to OUT by ``output_files``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
+import stat
 import sys
+from collections.abc import Iterator
+from typing import TextIO
+
+from .common import CliError, UsageError, check_text_line, quiet_loading, resolve_device, run_command, scan_text_file
+from .output_files import check_output, writing
+
+COMMAND = "score"
+PROG = "elmo score"
 
 
-def main(argv: list[str] | None = None, prog: str = "elmo score") -> int:
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description=(
-            "Score sentences with the biLM's language model (its released softmax): per line of FILE, one JSON "
-            "object with forward_logprob (the words and </S>, each given the words before, from <S>), "
-            "backward_logprob (the mirror image, down to <S>), natural logs, and perplexity = "
-            "exp(-(forward_logprob + backward_logprob) / (2 (n + 1))) for n words. Words outside the vocabulary "
-            "count as <UNK>."
-        ),
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Score sentences with the biLM's language model (its released softmax): per line of FILE, one JSON "
+        "object with forward_logprob (the words and </S>, each given the words before, from <S>), "
+        "backward_logprob (the mirror image, down to <S>), natural logs, and perplexity = "
+        "exp(-(forward_logprob + backward_logprob) / (2 (n + 1))) for n words. Words outside the vocabulary "
+        "count as <UNK>."
     )
-    parser.add_argument("input", help="UTF-8 text, one sentence per line; - reads stdin")
+    parser.add_argument("input", help="UTF-8 text, one sentence per line: a file, a pipe, or - for stdin")
     parser.add_argument(
         "--model",
         required=True,
         help="a folder converted with --softmax_weight_file, original-lm / original-5.5B-lm (downloaded once), or "
         "demo (the bundled toy biLM, once its softmax ships: modeling_elmo/demo_models/demo_softmax)",
     )
-    parser.add_argument("-o", "--output", help="write the JSON lines here (default: stdout)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        help="write the JSON lines to this file, published when complete (default: stdout); never the input",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     parser.add_argument("--tokenized", action="store_true", help="lines are tokenized: split on whitespace only")
     parser.add_argument(
         "--stateful",
@@ -54,58 +68,100 @@ def main(argv: list[str] | None = None, prog: str = "elmo score") -> int:
     )
     parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1, mps")
     parser.add_argument("--disable_tqdm", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
-    if args.batch_size < 1:
-        parser.error("--batch_size must be at least 1")
 
-    from elmo_cli import CliError, resolve_device
 
+def _check_input(path: str) -> int | None:
+    """Lines of ``path`` if it is a regular file (read once here, before the model loads: UTF-8, no NUL), ``None``
+    for stdin or a pipe, which can be read only once. [`CliError`] if it cannot be read."""
+    if path == "-":
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        raise CliError(f"cannot read {path}: {err.strerror or err}") from None
+    if stat.S_ISDIR(mode):
+        raise CliError(f"cannot read {path}: it is a folder, not a text file")
+    return scan_text_file(path) if stat.S_ISREG(mode) else None
+
+
+def _lines(stream: TextIO, source: str) -> Iterator[str]:
+    for number, line in enumerate(stream, 1):
+        check_text_line(source, number, line)
+        yield line.rstrip("\n").rstrip("\r")
+
+
+def _utf8_stdin(stack: contextlib.ExitStack) -> TextIO:
+    """stdin decoded as strict UTF-8, whatever the locale says (a C locale would let bad bytes through as
+    surrogates); left open when the stack closes."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text stream put in its place (tests)
+        return sys.stdin
+    stream = io.TextIOWrapper(buffer, encoding="utf-8")
+    stack.callback(stream.detach)
+    return stream
+
+
+def _load(args, device):
+    """The scorer of ``--model`` on ``device``; [`CliError`] if it cannot be loaded."""
     from ..demo_models.language_model import DEMO_NAME, load_demo_language_model
     from ..hub.download import resolve_pretrained
     from ..scoring_elmo import ElmoSentenceScorer, load_language_model
 
     try:
-        device = resolve_device(args.device)
-    except CliError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    try:
         if args.model.lower() == DEMO_NAME and not os.path.exists(args.model):  # a folder called demo wins
-            model, tokenizer = load_demo_language_model()
+            with quiet_loading():
+                model, tokenizer = load_demo_language_model()
             model = model.to(device)
         else:
-            folder = resolve_pretrained(args.model, progress=not args.disable_tqdm)
-            model, tokenizer = load_language_model(folder, device)
-        scorer = ElmoSentenceScorer(model, tokenizer, stateful=args.stateful, softmax_dtype=args.softmax_dtype)
+            folder = resolve_pretrained(args.model, progress=not args.disable_tqdm)  # a download shows its bar
+            with quiet_loading():
+                model, tokenizer = load_language_model(folder, device)
+        return ElmoSentenceScorer(model, tokenizer, stateful=args.stateful, softmax_dtype=args.softmax_dtype)
     except (OSError, ValueError, RuntimeError) as err:
-        print(f"error: cannot load {args.model} for scoring: {err}", file=sys.stderr)
-        return 1
+        raise CliError(f"cannot load {args.model} for scoring: {err}") from err
 
-    try:
-        stream = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")  # noqa: SIM115
-    except OSError as err:
-        print(f"error: cannot read {args.input}: {err.strerror or err}", file=sys.stderr)
-        return 1
-    out = sys.stdout if args.output is None else open(args.output, "w", encoding="utf-8")  # noqa: SIM115
-    try:
-        total = None
-        if stream is not sys.stdin:
-            total = sum(1 for _ in stream)
-            stream.seek(0)
-        lines = (line.rstrip("\n").rstrip("\r") for line in stream)
-        for result in scorer.score(
-            lines, tokenized=args.tokenized, batch_size=args.batch_size, progress=not args.disable_tqdm, total=total
-        ):
-            out.write(json.dumps(result, ensure_ascii=False) + "\n")
-    except UnicodeDecodeError as err:
-        print(f"error: {args.input} is not UTF-8 text ({err})", file=sys.stderr)
-        return 1
-    finally:
-        if stream is not sys.stdin:
-            stream.close()
-        if out is not sys.stdout:
-            out.close()
+
+def run(args: argparse.Namespace) -> int:
+    """``elmo score``: see ``--help``. Errors: [`CliError`] (input, output, model), [`UsageError`]."""
+    if args.batch_size < 1:
+        raise UsageError("--batch_size must be at least 1")
+    if args.overwrite and args.output is None:
+        raise UsageError("--overwrite needs -o/--output FILE")
+    total = _check_input(args.input)  # before the model loads and before the output is touched
+    if args.output is not None:
+        check_output(args.output, args.overwrite, inputs=[args.input])
+    device = resolve_device(args.device)
+    source = "stdin" if args.input == "-" else args.input
+    with contextlib.ExitStack() as stack:
+        out = sys.stdout
+        if args.output is not None:  # closed before it is published: the stack unwinds in reverse
+            temp = stack.enter_context(writing(args.output, COMMAND, args.overwrite, inputs=[args.input]))
+            out = stack.enter_context(open(temp, "w", encoding="utf-8"))
+        scorer = _load(args, device)
+        if args.input == "-":
+            stream = _utf8_stdin(stack)
+        else:
+            try:
+                stream = stack.enter_context(open(args.input, encoding="utf-8"))
+            except OSError as err:
+                raise CliError(f"cannot read {args.input}: {err.strerror or err}") from None
+        results = scorer.score(
+            _lines(stream, source),
+            tokenized=args.tokenized,
+            batch_size=args.batch_size,
+            progress=not args.disable_tqdm,
+            total=total,
+        )
+        try:
+            for result in results:
+                out.write(json.dumps(result, ensure_ascii=False) + "\n")
+        except UnicodeDecodeError as err:  # a pipe or stdin: not checked beforehand
+            raise CliError(f"{source} is not UTF-8 text ({err}); convert it, e.g. with iconv") from None
     return 0
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_command(add_arguments, run, argv, prog)
 
 
 if __name__ == "__main__":

@@ -9,14 +9,18 @@ Without the file [`has_demo_language_model`] is False, ``elmo demo`` shows fill-
 ``elmo score --model demo`` says how to get one.
 
 [`load_demo_language_model`] joins the two in memory; [`demo_language_model_path`] writes the pair once into the
-cache as an ordinary ``ElmoForPreTraining`` folder, for what takes a folder (``pipeline("elmo-fill-mask", ...)``).
+cache as an ordinary ``ElmoForPreTraining`` folder, for what takes a folder (``pipeline("elmo-fill-mask", ...)``),
+with a record of the size and SHA-256 of each file it wrote (``.elmo-demo-lm.json``): a later call checks them, and
+writes the folder again if anything differs.
 
 Shapes: V = 10,000 words (``<S>``, ``</S>``, ``<UNK>`` first), P = 64 (the projection).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -27,6 +31,7 @@ from .model import DEMO_MODEL_DIR
 DEMO_LM_DIR = Path(__file__).resolve().parent / "demo_softmax"
 DEMO_SOFTMAX_FILE = DEMO_LM_DIR / "softmax.safetensors"
 DEMO_NAME = "demo"  # what --model accepts for it (an existing folder of that name wins)
+RECORD_NAME = ".elmo-demo-lm.json"  # in the cached folder: the size and SHA-256 of each file written there
 
 
 def has_demo_language_model() -> bool:
@@ -108,12 +113,42 @@ def _fingerprint() -> str:
     return digest.hexdigest()[:12]
 
 
+def _file_record(folder: Path) -> dict[str, dict]:
+    """Name -> ``{"size", "sha256"}`` of each file of ``folder`` but the record itself."""
+    record = {}
+    for path in sorted(folder.iterdir()):
+        if path.name != RECORD_NAME and path.is_file() and not path.is_symlink():
+            data = path.read_bytes()
+            record[path.name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    return record
+
+
+def _is_sound(folder: Path) -> bool:
+    """Whether ``folder`` holds every file its record names, each of the recorded size and SHA-256 (the demo's files
+    are a few MB: hashing them takes milliseconds). A folder without a record (or one not read) is not sound."""
+    try:
+        record = json.loads((folder / RECORD_NAME).read_bytes())
+        if not isinstance(record, dict) or "config.json" not in record:
+            return False
+        for name, expected in record.items():
+            path = folder / name
+            if Path(name).name != name or path.is_symlink() or path.stat().st_size != expected["size"]:
+                return False
+            if hashlib.sha256(path.read_bytes()).hexdigest() != expected["sha256"]:
+                return False
+    except (OSError, ValueError, TypeError, KeyError):
+        return False
+    return True
+
+
 def demo_language_model_path(cache_dir: str | os.PathLike | None = None) -> Path:
     """The demo language model as an ``ElmoForPreTraining`` folder, written once into the cache.
 
     ``cache_dir`` defaults to the package's cache (``ELMO_CACHE_DIR``, see ``elmo download``). The folder,
-    ``demo-lm-<hash of the weights>``, is written in a staging folder and renamed into place, so a reader never
-    sees it half-written; two processes building it at once both end with the same folder.
+    ``demo-lm-<hash of the weights>``, is written in a staging folder with a record of its files' sizes and SHA-256
+    (``.elmo-demo-lm.json``) and renamed into place, so a reader never sees it half-written; two processes building
+    it at once both end with the same folder. A later call checks the folder against its record and writes it
+    again when it is damaged (a file missing, cut short or changed) or has no record.
 
     ```python
     from transformers import pipeline
@@ -124,13 +159,13 @@ def demo_language_model_path(cache_dir: str | os.PathLike | None = None) -> Path
     ```
     """
     _require()
-    from ..hub.download import default_cache_dir
+    from ..hub.download_core import default_cache_dir
 
     cache = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     target = cache / f"demo-lm-{_fingerprint()}"
     if target.is_symlink():
         raise FileExistsError(f"{target} is a symbolic link, not a folder this package wrote: delete it")
-    if (target / "config.json").is_file():
+    if _is_sound(target):
         return target
     cache.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".demo-lm.", dir=cache))
@@ -138,21 +173,35 @@ def demo_language_model_path(cache_dir: str | os.PathLike | None = None) -> Path
         model, tokenizer = load_demo_language_model()
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        (staging / RECORD_NAME).write_text(json.dumps(_file_record(staging), indent=1) + "\n", encoding="utf-8")
         staging.chmod(0o755)  # mkdtemp makes it private; a cache folder is as readable as the others
+        if os.path.lexists(target):  # damaged: set aside (another process may have done so), then replaced
+            _set_aside(target, cache)
         try:
             staging.rename(target)
         except OSError:
-            if not (target / "config.json").is_file():  # not another process's finished folder: a real failure
+            if not _is_sound(target):  # not another process's finished folder: a real failure
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
 
 
+def _set_aside(target: Path, cache: Path) -> None:
+    """Move the damaged ``target`` out of the way (a hidden name in ``cache``) and delete it."""
+    aside = Path(tempfile.mkdtemp(prefix=".demo-lm.damaged.", dir=cache))
+    try:
+        with contextlib.suppress(FileNotFoundError):  # another process set it aside first
+            os.rename(target, aside / "folder")
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
 __all__ = [
     "DEMO_LM_DIR",
     "DEMO_NAME",
     "DEMO_SOFTMAX_FILE",
+    "RECORD_NAME",
     "demo_bilm_for_pretraining",
     "demo_language_model_path",
     "has_demo_language_model",

@@ -6,9 +6,11 @@ The folder's files are package data under ``modeling_elmo/demo_models/demo_bilm`
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 DEMO_MODEL_DIR = Path(__file__).resolve().parent / "demo_bilm"
+DEMO_NAME = "demo"  # what a model argument (--model, --bilm) takes for the bundled demo model
 
 
 def demo_model_path() -> Path:
@@ -31,3 +33,19 @@ def demo_model_path() -> Path:
     The folder may be missing in a checkout that has not trained it (``scripts/train_demo_model.sh``).
     """
     return DEMO_MODEL_DIR
+
+
+def resolve_model_name(name_or_path: str | os.PathLike, **kwargs) -> str:
+    """A model argument (``--model``, ``--bilm``) as something ``from_pretrained`` loads, for the library and the
+    commands alike: ``"demo"`` is the bundled demo model's folder, a released model's name (``small``, ``original``;
+    ``elmo download --list``) its converted folder, downloaded and converted on first use
+    (``modeling_elmo.hub.download.resolve_pretrained``, which takes the keyword arguments); anything else (a folder,
+    a Hub id) is returned unchanged. An existing path wins over both names: a folder called ``demo`` or ``small`` in
+    the working directory stays that folder.
+    """
+    name = os.fspath(name_or_path)
+    if name.lower() == DEMO_NAME and not os.path.exists(name):
+        return str(demo_model_path())
+    from ..hub.download import resolve_pretrained
+
+    return resolve_pretrained(name, **kwargs)

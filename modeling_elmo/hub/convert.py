@@ -15,7 +15,7 @@ Only folders that carry the marker of a conversion whose process is gone are rem
 ``.OUT.lock`` (``flock``) lets one conversion at a time write ``OUT``; the other fails with a clear error.
 
 The HDF5 file is trusted no further than its float arrays: links, external or virtual storage, non-float types,
-unwritten storage and datasets that the options do not use are refused by name before any array is read.
+unwritten storage (``hdf5.py``) and datasets that the options do not use are refused by name before any array is read.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import math
 import os
 import shutil
 import signal
@@ -45,12 +44,11 @@ from tqdm.auto import tqdm
 from ..configuration_elmo import ElmoConfig
 from ..modeling_elmo import ElmoModel
 from ..tokenization_elmo import ElmoTokenizer
+from .convert_softmax import check_softmax_file, lm_config, write_lm_folder
+from .errors import ConversionError, listing, quote
+from .hdf5 import open_hdf5, storage_problems, walk_hdf5
 from .model_card import write_model_card
 from .remote_code import save_with_remote_code
-
-
-class ConversionError(ValueError):
-    """The inputs cannot be converted; the message says why."""
 
 
 def _weight_map(config: ElmoConfig) -> Iterator[tuple[str, tuple[int, ...], list[tuple[str, Callable]]]]:
@@ -100,101 +98,6 @@ def _weight_map(config: ElmoConfig) -> Iterator[tuple[str, tuple[int, ...], list
             yield f"{src}/W_P_0", (d, p), [(f"{dst}.projection[{direction}]", identity)]
 
 
-def _quote(name: str, limit: int = 100) -> str:
-    """``repr`` of a dataset path, cut to ``limit`` characters: names in a hostile file may be megabytes long."""
-    return repr(name if len(name) <= limit else name[:limit] + "...")
-
-
-def _listing(items: list[str], limit: int = 10) -> str:
-    """``"a; b; c"``, at most ``limit`` items and then ``"and N more"``: an error stays one short line."""
-    shown = "; ".join(items[:limit])
-    return shown + (f"; and {len(items) - limit} more" if len(items) > limit else "")
-
-
-_TYPE_NAMES = {"c": "complex", "i": "integer", "u": "integer", "b": "bool", "S": "string", "U": "string"}
-
-
-def _walk_hdf5(handle) -> tuple[dict, list[str]]:
-    """Every dataset of an open HDF5 file by path, and the problems found on the way (links, other objects).
-
-    Soft and external links are refused, not followed: either could point at any HDF5 file on the machine.
-    Each group is walked once, so hard links that loop back to a parent end the walk.
-    """
-    import h5py
-
-    datasets: dict = {}
-    problems: list[str] = []
-    seen = {handle.id}
-    stack = [("", handle)]
-    while stack:
-        prefix, group = stack.pop()
-        for name in group:
-            path = prefix + name
-            link = group.get(name, getlink=True)
-            if isinstance(link, h5py.SoftLink):
-                problems.append(f"{_quote(path)} is a soft link (to {_quote(link.path)})")
-            elif isinstance(link, h5py.ExternalLink):
-                problems.append(f"{_quote(path)} is an external link (to file {_quote(link.filename)})")
-            elif not isinstance(link, h5py.HardLink):
-                problems.append(f"{_quote(path)} is a link of an unsupported kind")
-            else:
-                item = group.get(name)
-                if isinstance(item, h5py.Dataset):
-                    datasets[path] = item
-                elif isinstance(item, h5py.Group):
-                    if item.id not in seen:
-                        seen.add(item.id)
-                        stack.append((path + "/", item))
-                else:
-                    problems.append(f"{_quote(path)} is neither a dataset nor a group")
-    return datasets, problems
-
-
-def _storage_problem(path: str, dataset) -> str | None:
-    """Why ``dataset`` must not be read, or None: it must be a plain float array whose bytes are all in the file.
-
-    Checked on the metadata only, before anything is allocated. A contiguous dataset must store all its bytes;
-    a chunked one all its chunks (a compressed chunk stores fewer bytes than it holds, so the chunks are
-    counted, not the bytes; what they decompress to is bounded by the shape, which the options fix).
-    """
-    import h5py
-
-    try:
-        if dataset.external:
-            return f"dataset {_quote(path)} is stored in an external file"
-        if dataset.is_virtual:
-            return f"dataset {_quote(path)} is a virtual dataset (its data lives in other datasets or files)"
-        dtype = dataset.dtype
-        if dtype.kind != "f":
-            if dtype.names:
-                kind = "compound"
-            elif h5py.check_string_dtype(dtype) is not None:
-                kind = "string"
-            elif h5py.check_vlen_dtype(dtype) is not None:
-                kind = "variable-length"
-            elif h5py.check_ref_dtype(dtype) is not None:
-                kind = "reference"
-            else:
-                kind = _TYPE_NAMES.get(dtype.kind, "non-numeric")
-            return f"dataset {_quote(path)} holds {kind} values ({dtype.str}), not floating-point numbers"
-        if dataset.shape is None:
-            return f"dataset {_quote(path)} holds no array (an empty dataspace)"
-        layout = dataset.id.get_create_plist().get_layout()
-        if layout not in (h5py.h5d.COMPACT, h5py.h5d.CONTIGUOUS, h5py.h5d.CHUNKED):
-            return f"dataset {_quote(path)} has an unsupported storage layout ({layout})"
-        if layout == h5py.h5d.CONTIGUOUS and dataset.id.get_storage_size() < dataset.nbytes:
-            stored, declared = dataset.id.get_storage_size(), dataset.nbytes
-            return f"dataset {_quote(path)} is not fully written: {stored} of its {declared} bytes are stored"
-        if layout == h5py.h5d.CHUNKED:
-            expected = math.prod(-(-size // chunk) for size, chunk in zip(dataset.shape, dataset.chunks, strict=True))
-            stored = dataset.id.get_num_chunks()
-            if stored < expected:
-                return f"dataset {_quote(path)} is not fully written: {stored} of its {expected} chunks are stored"
-    except (TypeError, ValueError, OSError, KeyError) as err:  # a type or layout h5py cannot describe
-        return f"dataset {_quote(path)} cannot be inspected ({err})"
-    return None
-
-
 def read_original_weights(
     weight_file: str | os.PathLike, config: ElmoConfig, progress: bool = True
 ) -> dict[str, torch.Tensor]:
@@ -205,20 +108,14 @@ def read_original_weights(
     and every dataset that is not a plain floating-point array stored in the file itself, or saying that the
     file is not readable HDF5. All of this is checked before any array is read.
     """
-    import h5py  # converter-only dependency: kept out of the shipped model modules
-
     weight_file = os.fspath(weight_file)
     entries = list(_weight_map(config))
-    try:
-        handle = h5py.File(weight_file, "r")
-    except OSError as err:
-        raise ConversionError(f"cannot read {weight_file} as HDF5 (truncated or not an HDF5 file?): {err}") from err
-    with handle:
-        found, unsafe = _walk_hdf5(handle)
-        unsafe += [p for p in (_storage_problem(path, found[path]) for path in sorted(found)) if p is not None]
+    with open_hdf5(weight_file) as handle:
+        found, unsafe = walk_hdf5(handle)
+        unsafe += storage_problems(found)
         if unsafe:
             raise ConversionError(
-                f"refusing {weight_file}: {_listing(unsafe)}. Only floating-point arrays stored in the file itself "
+                f"refusing {weight_file}: {listing(unsafe)}. Only floating-point arrays stored in the file itself "
                 "are read."
             )
         problems = []
@@ -231,13 +128,13 @@ def read_original_weights(
         if unused:
             problems.append(
                 "datasets that the options do not use (n_layers, n_highway or filters too small?): "
-                + ", ".join(_quote(name) for name in unused[:10])
+                + ", ".join(quote(name) for name in unused[:10])
                 + (f" and {len(unused) - 10} more" if len(unused) > 10 else "")
             )
         if problems:
             raise ConversionError(
                 f"{weight_file} does not match the options: "
-                + _listing(problems)
+                + listing(problems)
                 + ". Check that --options_file belongs to this weight file."
             )
         state: dict[str, torch.Tensor] = {}
@@ -316,7 +213,7 @@ def convert(
     if softmax_weight_file is not None and vocab_file is None:
         raise ConversionError("--softmax_weight_file needs --vocab_file: row i of softmax/W scores line i of it")
     for label, path in inputs:
-        _check_readable(label, path)
+        check_readable(label, path)
     output_dir = Path(output_dir)
     real_output = Path(os.path.realpath(output_dir))
     for label, path in inputs:  # --overwrite would delete it
@@ -339,8 +236,6 @@ def convert(
         raise ConversionError(f"invalid options file {os.fspath(options_file)}: {reason}") from err
     softmax_info = None
     if softmax_weight_file is not None:  # checked before the biLM is read: a wrong file fails at once
-        from .convert_softmax import check_softmax_file, lm_config
-
         softmax_info = check_softmax_file(softmax_weight_file, vocab_file, config.projection_dim)
         config = lm_config(config, softmax_info)
     state = read_original_weights(weight_file, config, progress=progress)
@@ -360,8 +255,6 @@ def convert(
     def write(new: Path) -> None:
         try:
             if softmax_info is not None:  # the LM head: the softmax is copied in chunks, never held whole
-                from .convert_softmax import write_lm_folder
-
                 write_lm_folder(new, state, softmax_weight_file, config, progress=progress)
             elif remote_code:  # with the code files and auto_map: loads without this package
                 save_with_remote_code(model, tokenizer, new)
@@ -382,7 +275,7 @@ def convert(
     return output_dir
 
 
-def _check_readable(label: str, path: str) -> None:
+def check_readable(label: str, path: str) -> None:
     """Raise ``FileNotFoundError`` if ``path`` does not exist, [`ConversionError`] if it is not a readable file."""
     if not os.path.exists(path):  # a dangling symlink too
         raise FileNotFoundError(f"{label} not found: {path}")
@@ -437,7 +330,7 @@ def _restore_then_check(output_dir: Path, overwrite: bool) -> None:
                 "replacing it"
             )
         elif removed:  # e.g. a kill after the swap: the old folder that --overwrite replaced, in its staging folder
-            how = f"; the leftovers of a killed conversion to it were removed ({_listing([p.name for p in removed])})"
+            how = f"; the leftovers of a killed conversion to it were removed ({listing([p.name for p in removed])})"
         else:
             how = ""
         raise ConversionError(f"output_dir {output_dir} exists and is not empty (pass --overwrite to replace it){how}")
@@ -637,3 +530,14 @@ def _remove_stale_staging(output_dir: str | os.PathLike) -> tuple[list[Path], Pa
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed, restored
+
+
+__all__ = [
+    "ConversionError",
+    "check_output_dir_early",
+    "check_readable",
+    "convert",
+    "install_output_dir",
+    "read_original_weights",
+    "remove_stale_staging",
+]

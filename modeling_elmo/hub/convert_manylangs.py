@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
-import zipfile
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,8 @@ from ..configuration_elmo import ElmoConfig
 from ..manylangs import BOS_WORD, EOS_WORD, MARKS, WORD_MARKS
 from ..modeling_elmo import ElmoModel
 from ..tokenization_elmo import ElmoTokenizer
-from .convert import ConversionError, _check_readable, check_output_dir_early, install_output_dir
+from .convert import check_output_dir_early, check_readable, install_output_dir
+from .errors import ConversionError
 from .model_card import write_model_card
 
 FILES = ("char.dic", "word.dic", "encoder.pkl", "token_embedder.pkl", "config.json")
@@ -175,34 +175,92 @@ def _gather_order(entries: dict[str, int], first: tuple[str, ...]) -> list[str]:
     return [key for key in first if key in entries] + rest
 
 
+# torch wraps what its weights-only unpickler refused in advice: to load with weights_only=False, to allowlist the
+# global, to file an issue. None of it applies to a file from the internet; the lines that hold it are dropped.
+_TORCH_ADVICE = ("weights only load failed", "weights_only", "please file an issue", "check the documentation")
+_ALLOWLIST_ADVICE = re.compile(r"(,? or (?:classes|types) )?allowlisted via `add_safe_globals`,?")
+_REFUSED_GLOBAL = re.compile(r"\bGLOBAL ([\w.]+)")
+
+
+def _torch_reason(err: BaseException) -> str:
+    """The gist of an error of ``torch.load``: its type and first line of its own (torch's advice dropped, and the
+    sentences after the first: "This is an internal miniz error. If you are seeing...")."""
+    lines = [line.strip() for line in str(err).splitlines()]
+    kept = [line for line in lines if line and not any(advice in line.lower() for advice in _TORCH_ADVICE)]
+    text = kept[0].removeprefix("WeightsUnpickler error:").strip() if kept else ""
+    text = _ALLOWLIST_ADVICE.sub("", text.split(". ")[0])[:200]
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _load_error(path: Path, err: Exception) -> ConversionError:
+    """The one error of a ``.pkl`` that ``torch.load(weights_only=True)`` does not load, naming the file, and the
+    global that the unpickler refused where there is one (the name is the whole story: a state dict never needs
+    one). Never torch's advice to load it with ``weights_only=False``."""
+    refused = _REFUSED_GLOBAL.search(str(err))
+    if refused is not None:
+        return ConversionError(
+            f"{path} is refused: unpickling it would call {refused.group(1)}, which a state dict of tensors never "
+            "does (the .pkl files are read with torch.load(weights_only=True) only; nothing else is ever unpickled)"
+        )
+    if "weights only load failed" in str(err).lower():
+        return ConversionError(
+            f"{path} is not a plain PyTorch state dict: the weights-only unpickler refused it ({_torch_reason(err)}); "
+            "the .pkl files are read with torch.load(weights_only=True) only"
+        )
+    return ConversionError(
+        f"{path} is not a readable PyTorch state dict (damaged or cut short?): {_torch_reason(err)}; the .pkl files "
+        "are read with torch.load(weights_only=True) only"
+    )
+
+
+def _tensor_problem(key: str, value: Any, shape: tuple[int, ...]) -> str | None:
+    """Why ``value`` is not a finite, dense floating-point tensor of ``shape`` on the CPU, or None."""
+    if type(value) not in (torch.Tensor, torch.nn.Parameter):
+        return f"{key} is a {type(value).__name__}, not a tensor"
+    if value.layout != torch.strided:
+        kind = "sparse" if "sparse" in str(value.layout) else "non-dense"
+        return f"{key} is a {kind} tensor ({value.layout}), not a dense one"
+    if value.is_meta:
+        return f"{key} is a meta tensor (it holds no data)"
+    if value.device.type != "cpu":
+        return f"{key} is on the {value.device.type} device, which loading to the CPU did not move"
+    if not value.is_floating_point():
+        return f"{key} has dtype {value.dtype}, not a floating-point one"
+    if tuple(value.shape) != shape:
+        return f"{key} has shape {tuple(value.shape)}, the architecture needs {shape}"
+    if not bool(torch.isfinite(value).all()):
+        return f"{key} holds NaN or infinite values"
+    return None
+
+
 def load_state_dict(path: Path, expected: dict[str, tuple[int, ...]]) -> dict[str, torch.Tensor]:
     """A ``.pkl`` state dict, loaded with ``torch.load(weights_only=True)`` only, checked to hold exactly the
-    ``expected`` names with those shapes, as finite floating-point tensors (returned in float32)."""
+    ``expected`` names with those shapes, as finite, dense floating-point tensors (returned in float32).
+
+    Every failure is one [`ConversionError`] naming the file: whatever ``torch.load`` raises on a hostile or
+    damaged file (an ``UnpicklingError`` naming a refused global, but also ``IndexError``, ``KeyError``,
+    ``OSError``, ``RuntimeError``, ``EOFError``... of random or cut bytes), and sparse or meta tensors.
+    """
     size = path.stat().st_size
     if size > _PKL_MAX_BYTES:
         raise ConversionError(f"{path} is too large ({size} bytes) for this architecture's weights")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, TypeError, zipfile.BadZipFile) as err:
-        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else type(err).__name__
-        raise ConversionError(
-            f"{path} is not a plain PyTorch state dict (loaded with weights_only=True; nothing else is ever "
-            f"unpickled): {first}"
-        ) from None
+    except Exception as err:  # a hostile file makes the unpickler raise almost anything
+        raise _load_error(path, err) from None
     if not isinstance(state, dict):
         raise ConversionError(f"{path} holds a {type(state).__name__}, not a state dict (a dict of tensors)")
     problems = []
     for key, value in state.items():
         if not isinstance(key, str) or key not in expected:
             problems.append(f"unexpected entry {str(key)[:80]!r}")
-        elif type(value) not in (torch.Tensor, torch.nn.Parameter):
-            problems.append(f"{key} is a {type(value).__name__}, not a tensor")
-        elif not value.is_floating_point():
-            problems.append(f"{key} has dtype {value.dtype}, not a floating-point one")
-        elif tuple(value.shape) != expected[key]:
-            problems.append(f"{key} has shape {tuple(value.shape)}, the architecture needs {expected[key]}")
-        elif not bool(torch.isfinite(value).all()):
-            problems.append(f"{key} holds NaN or infinite values")
+            continue
+        try:
+            problem = _tensor_problem(key, value, expected[key])
+        except Exception as err:  # a tensor the unpickler built but torch cannot use
+            problem = f"{key} cannot be checked ({_torch_reason(err)})"
+        if problem is not None:
+            problems.append(problem)
     problems += [f"missing {key}" for key in expected if key not in state]
     if problems:
         shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
@@ -303,7 +361,7 @@ def read_manylangs(folder: str | os.PathLike) -> tuple[ElmoConfig, dict[str, tor
     if not folder.is_dir():
         raise FileNotFoundError(f"ELMoForManyLangs folder not found: {folder}")
     for name in FILES:
-        _check_readable(name, str(folder / name))
+        check_readable(name, str(folder / name))
     arch, arch_source = read_architecture(folder)
     chars = read_dictionary(folder / "char.dic")
     words = read_dictionary(folder / "word.dic")

@@ -22,10 +22,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from huggingface_hub.errors import StrictDataclassError
 from tqdm.auto import tqdm
 
-from ..configuration_elmo import ElmoConfig
+from ..configuration_elmo import SIZE_LIMITS, ElmoConfig
 from ..tokenization_elmo import BILM_SPECIAL_WORDS, load_bilm_vocab
+from .errors import ConversionError, listing, quote
+from .hdf5 import open_hdf5, storage_problems, walk_hdf5
 
 SOFTMAX_DATASETS = ("softmax/W", "softmax/b")
 INDEX_NAME = "model.safetensors.index.json"
@@ -68,35 +71,32 @@ def load_softmax_vocab(vocab_file: str | os.PathLike) -> tuple[dict[str, int], i
 def check_softmax_file(softmax_file: str | os.PathLike, vocab_file: str | os.PathLike, projection_dim: int):
     """Check a released softmax file against its vocabulary and the biLM's width, reading metadata only.
 
-    Raises ``ConversionError`` naming the problem: not HDF5, links or unsafe storage, missing or extra datasets,
-    shapes (``W`` must be ``(V, projection_dim)``, ``b`` ``(V,)``), a vocabulary whose line count is not ``V``, or
-    one without ``<S>``, ``</S>``, ``<UNK>`` (found by name, on any line). A ``!!!MAXTERMID`` line is skipped.
+    Raises ``ConversionError`` naming the problem: not HDF5, more rows than an LM vocabulary may have
+    (``SIZE_LIMITS["lm_vocab_size"]``, checked first: a file beyond it is refused before its vocabulary is read),
+    links or unsafe storage, missing or extra datasets, shapes (``W`` must be ``(V, projection_dim)``, ``b``
+    ``(V,)``), a vocabulary whose line count is not ``V``, or one without ``<S>``, ``</S>``, ``<UNK>`` (found by
+    name, on any line). A ``!!!MAXTERMID`` line is skipped.
     """
-    import h5py
-
-    from .convert import ConversionError, _listing, _quote, _storage_problem, _walk_hdf5
-
     softmax_file = os.fspath(softmax_file)
-    try:
-        vocab, skipped = load_softmax_vocab(vocab_file)
-    except (ValueError, OSError, UnicodeDecodeError) as err:
-        raise ConversionError(f"invalid vocab file {os.fspath(vocab_file)}: {err}") from err
-    try:
-        handle = h5py.File(softmax_file, "r")
-    except OSError as err:
-        raise ConversionError(f"cannot read {softmax_file} as HDF5 (truncated or not an HDF5 file?): {err}") from err
-    with handle:
-        found, unsafe = _walk_hdf5(handle)
-        unsafe += [p for p in (_storage_problem(path, found[path]) for path in sorted(found)) if p is not None]
+    with open_hdf5(softmax_file) as handle:
+        found, unsafe = walk_hdf5(handle)
+        weight = found.get("softmax/W")
+        rows = weight.shape[0] if weight is not None and weight.shape else 0
+        if rows > SIZE_LIMITS["lm_vocab_size"]:
+            raise ConversionError(
+                f"softmax/W of {softmax_file} has {rows} rows, more than the {SIZE_LIMITS['lm_vocab_size']} words an "
+                "LM vocabulary may have (lm_vocab_size)"
+            )
+        unsafe += storage_problems(found)
         if unsafe:
-            raise ConversionError(f"refusing {softmax_file}: {_listing(unsafe)}")
+            raise ConversionError(f"refusing {softmax_file}: {listing(unsafe)}")
         missing = [name for name in SOFTMAX_DATASETS if name not in found]
         extra = sorted(set(found) - set(SOFTMAX_DATASETS))
         if missing or extra:
             what = [f"missing dataset {name!r}" for name in missing]
-            what += [f"unexpected dataset {_quote(name)}" for name in extra[:10]]
+            what += [f"unexpected dataset {quote(name)}" for name in extra[:10]]
             raise ConversionError(
-                f"{softmax_file} is not a released softmax file (datasets softmax/W and softmax/b): {_listing(what)}"
+                f"{softmax_file} is not a released softmax file (datasets softmax/W and softmax/b): {listing(what)}"
             )
         w_shape, b_shape = tuple(found["softmax/W"].shape), tuple(found["softmax/b"].shape)
     if len(w_shape) != 2 or w_shape[1] != projection_dim:
@@ -106,6 +106,10 @@ def check_softmax_file(softmax_file: str | os.PathLike, vocab_file: str | os.Pat
         )
     if b_shape != (w_shape[0],):
         raise ConversionError(f"softmax/b of {softmax_file} has shape {b_shape}, softmax/W {w_shape}: expected (V,)")
+    try:
+        vocab, skipped = load_softmax_vocab(vocab_file)
+    except (ValueError, OSError, UnicodeDecodeError) as err:
+        raise ConversionError(f"invalid vocab file {os.fspath(vocab_file)}: {err}") from err
     if len(vocab) != w_shape[0]:
         note = f" besides its {MAXTERMID} line" if skipped else ""
         raise ConversionError(
@@ -118,11 +122,21 @@ def check_softmax_file(softmax_file: str | os.PathLike, vocab_file: str | os.Pat
 
 
 def lm_config(config: ElmoConfig, info: SoftmaxInfo) -> ElmoConfig:
-    """``config`` for an ``ElmoForPreTraining`` with this softmax (ids of ``<S>``/``</S>`` as found by name)."""
+    """``config`` for an ``ElmoForPreTraining`` with this softmax (ids of ``<S>``/``</S>`` as found by name).
+
+    The config is validated here, before anything is copied: a vocabulary beyond ``lm_vocab_size``'s bound, or a
+    softmax that makes the model larger than ``MAX_PARAMETERS``, is a ``ConversionError`` now rather than a failure
+    of ``save_pretrained`` after the whole of ``softmax/W`` was written.
+    """
     config.lm_vocab_size = info.vocab_size
     config.lm_bos_vocab_id = info.bos_id
     config.lm_eos_vocab_id = info.eos_id
     config.architectures = ["ElmoForPreTraining"]
+    try:
+        config.validate()
+    except StrictDataclassError as err:
+        cause = err.__cause__ if err.__cause__ is not None else err
+        raise ConversionError(f"the softmax does not fit an ElmoForPreTraining config: {cause}") from None
     return config
 
 
@@ -144,8 +158,6 @@ def copy_softmax_weight(
 ) -> None:
     """Write ``dataset`` (an HDF5 ``(V, P)`` array) as the only tensor of the safetensors file ``path``, float32,
     ``chunk_rows`` rows at a time (the peak memory is one chunk). Raises ``ConversionError`` on NaN/inf values."""
-    from .convert import ConversionError
-
     rows, width = dataset.shape
     with open(path, "wb") as out:
         out.write(_safetensors_header({name: ("F32", (rows, width), rows * width * 4)}))
@@ -174,14 +186,12 @@ def write_lm_folder(
     ``elmo_state`` is the biLM's state dict (``ElmoModel`` names, as the converter reads it); ``config`` has the
     ``lm_*`` fields set (see [`lm_config`]). The tokenizer is written by the caller.
     """
-    import h5py
     from safetensors.torch import save_file
 
     from ..modeling_elmo_pretraining import ElmoForPreTraining
-    from .convert import ConversionError
 
     folder.mkdir(parents=True)
-    with h5py.File(os.fspath(softmax_file), "r") as handle:
+    with open_hdf5(softmax_file) as handle:
         bias = torch.from_numpy(np.asarray(handle["softmax/b"][()], dtype=np.float32))
         if not bool(torch.isfinite(bias).all()):
             raise ConversionError("softmax/b holds NaN or infinite values")

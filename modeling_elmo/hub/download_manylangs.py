@@ -1,9 +1,11 @@
 """The 44 ELMoForManyLangs models by language: fetch the NLPL zip, unpack it safely, convert it once, cache the folder.
 
 ``elmo download de`` (or ``German``, ``manylangs-de``) downloads ``http://vectors.nlpl.eu/repository/11/142.zip``
-through the resumable, locked path of ``elmo download`` (``download.py``), unpacks only the model's files (no path
-outside the folder, no links, bounded sizes), converts them with ``convert_manylangs`` into ``CACHE/manylangs-de``
-and deletes the download. ``ELMO_MANYLANGS_BASE_URL`` (or ``--base_url``) replaces the NLPL repository, for a
+through the resumable, locked path that the released models share (``download_core.py``), unpacks only the model's
+files (no path outside the folder, no links, bounded sizes), converts them with ``convert_manylangs`` into
+``CACHE/manylangs-de`` and deletes the download. A zip that does not unpack (damaged compressed data, a bad CRC, an
+entry name that is not what its flags say) or does not convert is deleted too, with one error naming it, so that the
+next call downloads it anew. ``ELMO_MANYLANGS_BASE_URL`` (or ``--base_url``) replaces the NLPL repository, for a
 mirror: the zips are then ``BASE/ID.zip``. The names ``pt`` and ``portuguese`` stay AllenNLP's contributed
 Portuguese model: ELMoForManyLangs' is ``manylangs-pt``.
 """
@@ -12,12 +14,12 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import unicodedata
 import zipfile
 from pathlib import Path, PurePosixPath
 
-from .download import DownloadError, _cache_path, _CacheFolder, _download_and_convert, _fetch, _Transfer
+from .download_core import CacheFolder, Transfer, cache_path, download_and_convert, fetch_file
+from .errors import DownloadError, quote
 
 BASE_URL_ENV = "ELMO_MANYLANGS_BASE_URL"
 DEFAULT_BASE_URL = "http://vectors.nlpl.eu/repository/11/"
@@ -109,13 +111,32 @@ def list_models(base_url: str | None = None) -> str:
     )
 
 
+def _zip_problem(err: Exception) -> str:
+    """What ``zipfile`` found wrong with an archive, for a message."""
+    if isinstance(err, UnicodeDecodeError):  # bit 11 of an entry says that its name is UTF-8, and it is not
+        return f"an entry's name {err.object[:100]!r} is flagged UTF-8 but is not UTF-8"
+    if isinstance(err, zipfile.BadZipFile):
+        return str(err)
+    module = type(err).__module__.lstrip("_")  # zlib.error, lzma.LZMAError; OSError, EOFError
+    kind = type(err).__name__ if module == "builtins" else f"{module}.{type(err).__name__}"
+    return f"{kind}: {err}" if str(err) else kind
+
+
 def _check_zip(file) -> str | None:
     try:
         with zipfile.ZipFile(file) as archive:
             archive.infolist()
-    except (zipfile.BadZipFile, OSError) as err:
-        return f"not a readable zip file ({err})"
+    except Exception as err:  # BadZipFile, OSError, UnicodeDecodeError, EOFError...: each one a bad zip
+        return f"not a readable zip file ({_zip_problem(err)})"
     return None
+
+
+def _open_zip(file, label: str) -> zipfile.ZipFile:
+    """``zipfile.ZipFile(file)``, or a ``DownloadError`` naming ``label`` whatever zipfile raises."""
+    try:
+        return zipfile.ZipFile(file)
+    except Exception as err:  # as in _check_zip
+        raise DownloadError(f"{label} is not a readable zip file ({_zip_problem(err)})") from None
 
 
 def _chosen_members(archive: zipfile.ZipFile, label: str) -> dict[str, zipfile.ZipInfo]:
@@ -148,13 +169,36 @@ def _chosen_members(archive: zipfile.ZipFile, label: str) -> dict[str, zipfile.Z
     return chosen
 
 
-def _unpack(file, label: str, dest: _CacheFolder, hint: str) -> None:
+def _unpack(file, label: str, dest: CacheFolder, hint: str) -> None:
     """Extract the model's files of the zip ``file`` into ``dest``, each written through ``dest``'s descriptor
-    ([`_CacheFolder.open`]: a planted link or hard link is refused, never written through)."""
-    with zipfile.ZipFile(file) as archive:
+    ([`CacheFolder.open`]: a planted link or hard link is refused, never written through)."""
+    with _open_zip(file, label) as archive:
         for base, info in _chosen_members(archive, label).items():
-            with archive.open(info) as source, dest.open(base, "wb", hint) as out:
-                shutil.copyfileobj(source, out, 1 << 20)
+            with dest.open(base, "wb", hint) as out:
+                _copy_entry(archive, info, out, label)
+
+
+def _copy_entry(archive: zipfile.ZipFile, info: zipfile.ZipInfo, out, label: str) -> None:
+    """Copy the entry ``info`` to ``out``. Whatever reading it raises (zlib.error, LZMAError, bz2's OSError "Invalid
+    data stream", a bad CRC, an unknown compression, data cut short) is a ``DownloadError`` saying that ``label`` is
+    damaged; an error of writing (a full disk) is raised as it is."""
+
+    def damaged(err: Exception) -> DownloadError:
+        return DownloadError(f"{label} is damaged: {quote(info.filename)} does not unpack ({_zip_problem(err)})")
+
+    try:
+        source = archive.open(info)
+    except Exception as err:  # a bad local header, an unknown compression...
+        raise damaged(err) from None
+    with source:
+        while True:
+            try:
+                chunk = source.read(1 << 20)
+            except Exception as err:  # the compressed data, or the CRC at its end
+                raise damaged(err) from None
+            if not chunk:
+                return
+            out.write(chunk)
 
 
 def unpack_model(zip_path: str | os.PathLike, dest: str | os.PathLike) -> Path:
@@ -167,7 +211,7 @@ def unpack_model(zip_path: str | os.PathLike, dest: str | os.PathLike) -> Path:
     """
     zip_path, dest = Path(zip_path), Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
-    with open(zip_path, "rb") as file, _CacheFolder.open_root(dest) as folder:
+    with open(zip_path, "rb") as file, CacheFolder.open_root(dest) as folder:
         _unpack(file, zip_path.name, folder, "delete it")
     return dest
 
@@ -184,36 +228,37 @@ def download_manylangs(
 ) -> Path:
     """``CACHE/manylangs-ISO``, downloaded, unpacked and converted on first use, with the guarantees of
     ``download_released_model`` (which calls this for the 44 languages, with the same arguments): the shared
-    flow of ``download._download_and_convert``; the zip is unpacked into ``CACHE/.downloads/manylangs-ISO/unpacked``
-    through the cache's folder descriptors."""
-    cache = _cache_path(cache_dir)
+    flow of ``download_core.download_and_convert``; the zip is unpacked into ``CACHE/.downloads/manylangs-ISO/unpacked``
+    through the cache's folder descriptors. A zip that does not unpack or convert is deleted, with one error."""
+    cache = cache_path(cache_dir)
     url = zip_url(canonical, base_url)
     name = Path(url).name
 
-    def fetch(downloads: _CacheFolder, transfer: _Transfer) -> str:
-        _fetch(url, downloads, name, _ZIP_MAX_BYTES, _check_zip, None, transfer)
+    def fetch(downloads: CacheFolder, transfer: Transfer) -> str:
+        fetch_file(url, downloads, name, _ZIP_MAX_BYTES, _check_zip, None, transfer)
         return name
 
-    def convert(archive: str, downloads: _CacheFolder, target: Path, transfer: _Transfer) -> None:
+    def convert(archive: str, downloads: CacheFolder, target: Path, transfer: Transfer) -> None:
         from .convert_manylangs import convert_manylangs
 
         downloads.remove_tree("unpacked")  # a fresh folder: nothing an earlier call (or anyone) left there
         with downloads.open(archive, "rb", transfer.force_hint) as file, downloads.folder("unpacked") as unpacked:
-            try:
-                _unpack(file, archive, unpacked, transfer.force_hint)
-            except (zipfile.BadZipFile, NotImplementedError, EOFError) as err:  # a bad CRC, an unknown compression
-                raise DownloadError(f"{archive} is not a readable zip file ({err})") from err
+            _unpack(file, archive, unpacked, transfer.force_hint)
             convert_manylangs(unpacked.path, target, overwrite=True, language=canonical.removeprefix(PREFIX))
 
-    return _download_and_convert(
+    def not_converted(err: Exception) -> str:
+        step = "does not unpack" if isinstance(err, DownloadError) else "does not convert"
+        deleted = "it was deleted: the next call downloads it anew"
+        return f"the zip of {canonical!r} downloaded from {url} {step}: {err} ({deleted})"
+
+    return download_and_convert(
         canonical,
         cache,
         what="the ELMoForManyLangs model",
-        not_converted=lambda err: (
-            f"the zip of {canonical!r} downloaded from {url} does not convert: {err} (it was deleted)"
-        ),
+        not_converted=not_converted,
         manual=f"To install it by hand, download {url}, unpack it into a folder DIR, then run `elmo convert "
         f"--manylangs_dir DIR --output_dir {cache / canonical}`",
+        mirror_env=BASE_URL_ENV,
         fetch=fetch,
         convert=convert,
         force=force,

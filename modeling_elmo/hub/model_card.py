@@ -238,6 +238,16 @@ def hub_model_id(name: str | os.PathLike | None) -> str | None:
     return name if name.count("/") == 1 and not name.startswith((".", "/")) else None
 
 
+def source_name(name_or_path: str | os.PathLike) -> str:
+    """How a card names a model or file it was made from: a Hub id, a released model's name (``small``) or ``demo``
+    as given, a local path by its last part (``/home/me/models/elmo-original`` -> ``elmo-original``). A card travels
+    with the model: a local absolute path means nothing on another machine and tells about this one."""
+    name = os.fspath(name_or_path)
+    if hub_model_id(name) is not None:
+        return name
+    return Path(os.path.abspath(name)).name or name  # "." and ".." too: the folder's own name
+
+
 def metric_results(
     task_type: str, task_name: str, eval_files: Sequence[str | os.PathLike], metrics: Sequence[tuple[str, str, float]]
 ) -> list[EvalResult]:
@@ -333,5 +343,6 @@ __all__ = [
     "hub_model_id",
     "is_generated_card",
     "metric_results",
+    "source_name",
     "write_model_card",
 ]

@@ -113,6 +113,7 @@ def embed_corpus(
     total: int | None = None,
     ordered: bool = True,
     word_cache: bool = True,
+    bar: tqdm | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Yield ``(index, array)`` for every sentence, in input order (or, with ``ordered=False``, batch by batch).
 
@@ -146,6 +147,9 @@ def embed_corpus(
             At the original size a word takes 2 KB in float32: about 20 MB for a chunk of 4096 WikiText-2
             sentences (9,000-10,000 distinct words). The outputs are the same (to float rounding). Not done when
             the model already has a token cache: that one is used as it is, and kept.
+        bar: a progress bar of the caller's to advance by each batch's sentences, in place of one of this
+            function's own (``progress`` and ``total`` are then not used); left open (e.g. one bar over the many
+            calls of [`embed_dataset`], one per ``Dataset.map`` batch).
     """
     output = resolve_output(output)
     if output not in LAYER_OUTPUTS and not model.config.num_output_representations:
@@ -158,7 +162,7 @@ def embed_corpus(
     # Checked above at the call, not at the first next(); the work is done by the generator below.
     return _embed_chunks(
         model, tokenizer, sentences, output, batch_size, max_batch_words, chunk_size, is_split_into_words, progress,
-        total, ordered, word_cache and token_cache_size(model) == 0,
+        total, ordered, word_cache and token_cache_size(model) == 0, bar,
     )  # fmt: skip
 
 
@@ -175,13 +179,17 @@ def _embed_chunks(
     total: int | None,
     ordered: bool,
     cache_chunks: bool,
+    bar: tqdm | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
-    """The generator of [`embed_corpus`], on checked arguments; ``cache_chunks``: build a token cache per chunk."""
+    """The generator of [`embed_corpus`], on checked arguments; ``cache_chunks``: build a token cache per chunk;
+    ``bar``: the caller's progress bar (not closed here), else one of its own."""
     device = model.device
     chars = model.config.max_characters_per_token
     id_dtype = np.int16 if model.config.n_characters <= np.iinfo(np.int16).max else np.int32
     needs_word_ids = getattr(model, "needs_vocab_ids", False)
-    bar = tqdm(total=total, unit="sent", desc="Embedding", disable=not progress)
+    own_bar = bar is None
+    if own_bar:
+        bar = tqdm(total=total, unit="sent", desc="Embedding", disable=not progress)
     iterator = iter(sentences)
     start = 0
     try:
@@ -266,7 +274,8 @@ def _embed_chunks(
             _release_freed_memory()
             start += chunk_size_read
     finally:
-        bar.close()
+        if own_bar:
+            bar.close()
         if cache_chunks:
             model.token_cache = None
 

@@ -183,9 +183,10 @@ def write_sentences(
         raise ValueError(f"sentence_index must be 'json', 'list' or 'none', got {sentence_index!r}")
     guard = _GuardedFile(path, label or path)
     try:
-        with HDF5_CALL:
-            f = _create_hdf5(guard)
+        f = None  # a signal deferred while the file is created is raised as the block ends: close it then too
         try:
+            with HDF5_CALL:
+                f = _create_hdf5(guard)
             with HDF5_CALL:
                 f.attrs.update(attrs)
                 if sentence_index == "list":
@@ -246,8 +247,9 @@ def write_sentences(
                     _write_sentence_to_index(f, index_of)
             guard.check()
         finally:
-            with HDF5_CALL:
-                f.close()  # HDF5 saw no failed write, so this closes cleanly even after one
+            if f is not None:
+                with HDF5_CALL:
+                    f.close()  # HDF5 saw no failed write, so this closes cleanly even after one
         guard.check()
     finally:
         guard.close()
@@ -277,9 +279,10 @@ def merge_parts(parts: list[str], path: str, label: str | None = None) -> int:
         total = sum(int(h.attrs["num_sentences"]) for h in handles)
         guard = _GuardedFile(path, label or path)
         try:
-            with HDF5_CALL:
-                out = _create_hdf5(guard)
+            out = None
             try:
+                with HDF5_CALL:
+                    out = _create_hdf5(guard)
                 attrs = dict(handles[0].attrs)
                 attrs["num_sentences"] = total
                 with HDF5_CALL:
@@ -296,8 +299,9 @@ def merge_parts(parts: list[str], path: str, label: str | None = None) -> int:
                         _write_sentence_to_index(out, index_of)
                     guard.check()
             finally:
-                with HDF5_CALL:
-                    out.close()
+                if out is not None:
+                    with HDF5_CALL:
+                        out.close()
             guard.check()
         finally:
             guard.close()

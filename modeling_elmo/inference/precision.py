@@ -16,8 +16,9 @@ The rule, and the numbers in docs/speed.md it rests on (words/s of this package 
   fastest mode: 938 words/s against bfloat16's 771 and float32's 393 at batch 32, 466 against 82 and 103 at batch
   1, ``elmo embed`` 6.1x AllenNLP against 5.0x and 3.3x; its minimum cosine to float32 is >= 0.9997 (original
   size) and >= 0.9957 (demo model), above the 0.995 bound.
-- Else, bfloat16 units without VNNI (``avx512_bf16``: no such x86 CPU is known, but the flags allow it):
-  **bfloat16**, about 2x float32's products.
+- Else, bfloat16 units (``avx512_bf16``) without a full-range int8 kernel: **bfloat16**, about 2x float32's
+  products. Either the CPU has no VNNI (no such x86 CPU is known, but the flags allow it), or its int8 kernel is
+  limited below VNNI (``FBGEMM_ENABLE_INSTRUCTIONS=AVX2``) and takes 7-bit activations only; the reason says which.
 - Else (AVX2 only): **float32**. There bfloat16 ran about 7.7x slower than float32, and int8 needs 7-bit
   activations, whose error misses the 0.995 bound on small models (min cosine 0.986 on the demo model; 0.9995 at
   the original size, for 1.97x float32's speed on the AVX2 EPYC and 1.1x on Zen 1): auto does not know the model
@@ -45,6 +46,11 @@ DOCUMENTED_MIN_COSINE = {"float32": 1.0, "bfloat16": 0.999, "int8": 0.995}
 CPU_FLAGS = ("amx_bf16", "avx512_bf16", "avx512_vnni", "avx_vnni")
 ONEDNN_BF16 = "onednn_bf16"  # oneDNN runs bfloat16 products on matrix units here (not emulated)
 INT8_FULL_RANGE = "int8_full_range"  # the int8 kernel takes 8-bit activations (no 7-bit fallback)
+VNNI_FLAGS = frozenset({"avx512_vnni", "avx_vnni"})
+BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
+# The environment variables that limit the kernels below the units the flags list (see ``cpu_capabilities``).
+ONEDNN_LIMIT = "ONEDNN_MAX_CPU_ISA"
+FBGEMM_LIMIT = "FBGEMM_ENABLE_INSTRUCTIONS"
 
 
 class PrecisionChoice(NamedTuple):
@@ -99,16 +105,40 @@ def choose_precision(
         return PrecisionChoice("float32", f"no reduced precision is measured on {device.type}")
     caps = cpu_capabilities() if capabilities is None else frozenset(capabilities)
     bf16 = ONEDNN_BF16 in caps
-    vnni = INT8_FULL_RANGE in caps and bool(caps & {"avx512_vnni", "avx_vnni"})
+    vnni_listed = bool(caps & VNNI_FLAGS)
+    vnni = INT8_FULL_RANGE in caps and vnni_listed
+    # The units the flags list but a kernel does not use, named in the reason (a VNNI CPU whose int8 kernel is
+    # limited to 7-bit activations is not a CPU "without VNNI").
+    int8_limited = f"the CPU has VNNI, but its int8 kernel takes 7-bit activations only here ({_limit(FBGEMM_LIMIT)})"
     if bf16 and "amx_bf16" in caps:
         return PrecisionChoice("bfloat16", "AMX, where bfloat16 ran fastest: 2.7x float32 at batch 32")
     if vnni:
+        if "amx_bf16" in caps:
+            return PrecisionChoice(
+                "int8",
+                "VNNI, where int8 ran fastest without AMX: 2.4x float32 at batch 32; the CPU has AMX, but oneDNN's "
+                f"bfloat16 kernels do not use it here ({_limit(ONEDNN_LIMIT)})",
+            )
         return PrecisionChoice("int8", "VNNI without AMX, where int8 ran fastest: 2.4x float32 at batch 32")
     if bf16 and "avx512_bf16" in caps:
+        if vnni_listed:
+            reason = f"AVX-512 BF16, where bfloat16 runs about 2x float32; {int8_limited}, which misses its bound"
+            return PrecisionChoice("bfloat16", reason)
         return PrecisionChoice("bfloat16", "AVX-512 BF16 without VNNI, where bfloat16 runs about 2x float32")
+    if caps & BF16_FLAGS and not bf16:
+        no_bf16 = f"the CPU has bfloat16 units, but oneDNN does not use them here ({_limit(ONEDNN_LIMIT)})"
+    else:
+        no_bf16 = "no bfloat16 units"
+    no_int8 = int8_limited if vnni_listed else "no VNNI"
     return PrecisionChoice(
-        "float32", "no bfloat16 units and no VNNI: bfloat16 is slower here and 7-bit int8 misses its error bound"
+        "float32", f"{no_bf16}; {no_int8}: bfloat16 is slower here and 7-bit int8 misses its error bound"
     )
+
+
+def _limit(variable: str) -> str:
+    """What limits a kernel below the units the CPU lists: ``variable``'s setting where it is set."""
+    value = os.environ.get(variable)
+    return f"{variable}={value}" if value else f"its kernels are limited, e.g. by {variable}"
 
 
 def load_for_inference(

@@ -11,6 +11,11 @@ Static word2vec vectors (for gensim) are written by ``modeling_elmo.inference.st
 from __future__ import annotations
 
 import os
+import re
+
+# The devices the plug-ins run on. torch.device also accepts "meta" (tensors without data), "xla", "hpu"...: refused
+# by name, before the model loads, rather than failing later with torch's error.
+_DEVICE = re.compile(r"(?:cpu|mps|cuda)(?::[0-9]+)?")
 
 # The layers a plug-in can hand on, besides a layer number 0..L (0: the character encoder's context-free vectors).
 LAYERS = ("elmo", "average", "top")
@@ -38,6 +43,25 @@ def check_layer(layer: str | int, n_layers: int, has_mix: bool) -> str | int:
     if layer == "elmo" and not has_mix:
         raise ValueError('layer="elmo" needs a scalar mix; this model has none: use "average", "top" or a number')
     return layer
+
+
+def check_device(device):
+    """``device`` (a name or a ``torch.device``) as a ``torch.device`` that the model can run on here: ``cpu``,
+    ``cuda``, ``cuda:N`` or ``mps``, available on this machine. ``ValueError`` saying why otherwise."""
+    import torch
+
+    name = str(device)
+    if not _DEVICE.fullmatch(name):
+        why = " (meta tensors hold no data)" if name.partition(":")[0] == "meta" else ""
+        raise ValueError(f"device must be cpu, cuda, cuda:N or mps, got {device!r}{why}")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r}: CUDA is not available here; use cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(f"device {name!r}: there are only {torch.cuda.device_count()} CUDA devices (cuda:0...)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {name!r}: MPS is not available here; use cpu")
+    return device
 
 
 def select_layer(out, layer: str | int):

@@ -20,7 +20,8 @@ Two ways, with the same vectors:
 - [`ElmoModule`], this package's own module class. ``modules.json`` names it, and sentence-transformers >= 6.0
   imports a module class from outside its own namespace only with ``trust_remote_code=True``, also for a local
   folder (before 6.0 it loaded with a warning). It keeps ``freeze_bilm`` across saving, which the stock module
-  cannot (see [`elmo_transformer`]).
+  cannot (see [`elmo_transformer`]). ``trust_remote_code=True`` runs code the folder chooses (the class its
+  ``modules.json`` names, first from a Python file in the folder): pass it only for folders you made or trust.
 """
 
 from __future__ import annotations

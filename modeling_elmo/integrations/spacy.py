@@ -36,7 +36,7 @@ except ModuleNotFoundError as err:
         'modeling_elmo.integrations.spacy needs spaCy: pip install "modeling-elmo[spacy]"', name="spacy"
     ) from None
 
-from . import check_layer, resolve_model_path, select_layer
+from . import check_device, check_layer, resolve_model_path, select_layer
 
 if not Doc.has_extension("elmo"):
     Doc.set_extension("elmo", default=None)
@@ -91,21 +91,21 @@ class ElmoComponent:
         layer: ``"elmo"`` (the first scalar mix), ``"average"`` (the mean of the ``L + 1`` layers), ``"top"``, or a
             layer number ``0..L`` (0: the context-free vectors).
         batch_size: docs per forward pass.
-        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ``"mps"``; checked before the model loads (``ValueError`` for
+            ``"meta"`` or a device this machine does not have).
     """
 
     def __init__(self, name: str, model: str, layer: str | int, batch_size: int, device: str):
-        import torch
-
         from ..modeling_elmo import ElmoModel
         from ..tokenization_elmo import ElmoTokenizer
 
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        device = check_device(device)
         path = resolve_model_path(model)
         self.name = name
         self.tokenizer = ElmoTokenizer.from_pretrained(path)
-        self.model = ElmoModel.from_pretrained(path).to(torch.device(device)).eval()
+        self.model = ElmoModel.from_pretrained(path).to(device).eval()
         self.layer = check_layer(layer, self.model.config.n_layers, bool(self.model.scalar_mixes))
         self.batch_size = batch_size
 

@@ -11,7 +11,10 @@ Each command declares its options as dataclasses (its own ``ModelArguments`` and
 - takes ``--flag`` alone as ``--flag true`` for every ``bool | None`` field too (``--disable_tqdm``), which
   ``HfArgumentParser`` would refuse ("expected one argument");
 - reports a usage error in one line (``PROG: error: ... (see PROG --help)``, exit 2) instead of argparse's
-  full usage block.
+  full usage block;
+- keeps ``--help`` short with ``short_help``: of transformers' ``TrainingArguments`` it lists only the common ones
+  and those the command's subclass declares, and ``--help-all`` lists every option. (A dataclass that names an
+  ``_argument_group_name`` is listed under that heading, HfArgumentParser's argument groups, in the order given.)
 
 A value that the dataclasses themselves refuse (their ``__post_init__`` checks) raises ``ValueError``, from
 flags and from a config file alike: the command reports it as one ``error:`` line (exit 1).
@@ -19,18 +22,67 @@ flags and from a config file alike: the command reports it as one ``error:`` lin
 
 from __future__ import annotations
 
+import argparse
 import copy
+import inspect
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import Field, fields
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from transformers import HfArgumentParser
+from transformers import HfArgumentParser, TrainingArguments
 
 CONFIG_SUFFIXES = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}
+# The TrainingArguments that a training command's --help lists (with those its subclass declares), for
+# ``short_help``: the ones most runs set, and those the docs name. --help-all lists the other hundred or so.
+COMMON_TRAINING_ARGUMENTS = frozenset(
+    {
+        "output_dir",
+        "overwrite_output_dir",
+        "num_train_epochs",
+        "max_steps",
+        "per_device_train_batch_size",
+        "per_device_eval_batch_size",
+        "gradient_accumulation_steps",
+        "learning_rate",
+        "lr_scheduler_type",
+        "warmup_steps",
+        "weight_decay",
+        "optim",
+        "max_grad_norm",
+        "eval_strategy",
+        "eval_steps",
+        "save_steps",
+        "save_total_limit",
+        "logging_steps",
+        "log_level",
+        "report_to",
+        "seed",
+        "bf16",
+        "fp16",
+        "use_cpu",
+        "disable_tqdm",
+        "resume_from_checkpoint",
+        "push_to_hub",
+        "hub_model_id",
+        "ddp_backend",
+        "dataloader_num_workers",
+    }
+)
+
+
+class _HelpAll(argparse.Action):
+    """``--help-all``: the help with every option, then exit (as ``--help``)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.print_help(everything=True)
+        parser.exit()
 
 
 class ElmoArgumentParser(HfArgumentParser):
@@ -44,6 +96,9 @@ class ElmoArgumentParser(HfArgumentParser):
             A value may carry a fixed argument for old switches, e.g. ``{"--no_progress": "--disable_tqdm true"}``.
             A key may be an old flag with one of its old values, for values that changed their name too, e.g.
             ``{"--optimizer adamw": "--optim adamw_torch"}`` (``--optimizer=adamw`` is matched as well).
+        short_help: the ``TrainingArguments`` fields that ``--help`` lists besides those the command's subclass
+            declares (e.g. [`COMMON_TRAINING_ARGUMENTS`]); the others are listed by ``--help-all``, and all of them
+            work either way. ``None``: ``--help`` lists every option.
     """
 
     def __init__(
@@ -52,10 +107,41 @@ class ElmoArgumentParser(HfArgumentParser):
         prog: str,
         description: str | None = None,
         deprecated: Mapping[str, str] | None = None,
+        short_help: Collection[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(list(dataclass_types), prog=prog, description=description, **kwargs)
         self.deprecated = dict(deprecated or {})
+        self.hidden_in_help: list[argparse.Action] = []
+        if short_help is not None:
+            shown = set(short_help)
+            for dtype in self.dataclass_types:
+                if issubclass(dtype, TrainingArguments):
+                    shown |= set(inspect.get_annotations(dtype))  # the fields the command's subclass declares
+            trainer_fields = {f.name for f in fields(TrainingArguments)}
+            self.hidden_in_help = [
+                action for action in self._actions if action.dest in trainer_fields and action.dest not in shown
+            ]
+            self.add_argument(
+                "--help-all",
+                action=_HelpAll,
+                help=f"show every option, the {len({a.dest for a in self.hidden_in_help})} other TrainingArguments "
+                "included, and exit",
+            )
+
+    def format_help(self, everything: bool = False) -> str:
+        """The help text: without ``everything``, the options hidden by ``short_help`` are left out."""
+        hidden = [] if everything else [(action, action.help) for action in self.hidden_in_help]
+        for action, _ in hidden:
+            action.help = argparse.SUPPRESS
+        try:
+            return super().format_help()
+        finally:
+            for action, text in hidden:
+                action.help = text
+
+    def print_help(self, file=None, everything: bool = False) -> None:
+        self._print_message(self.format_help(everything=everything), file or sys.stdout)
 
     @staticmethod
     def _parse_dataclass_field(parser, field: Field) -> None:

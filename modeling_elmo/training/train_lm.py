@@ -45,6 +45,7 @@ from ..tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, ElmoTo
 from .arguments import ElmoArgumentParser
 from .checkpoints import checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
+from .distributed import finish_distributed
 from .lm_data import ElmoLMCollator, ElmoLMStreamCollator, load_lm_datasets, load_text_datasets
 from .progress import use_one_bar
 
@@ -829,11 +830,9 @@ def _run(
     if train_set is not None and training_args.push_to_hub:
         with remote_code(trainer.model, tokenizer) if model_args.remote_code else contextlib.nullcontext():
             trainer.push_to_hub(commit_message="End of training")  # the folder as it is, with the card above
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        # Every process waits for the last writes, then leaves together: a gloo process that exits with its
-        # process group alive can abort at interpreter shutdown ("terminate called without an active exception").
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+    # Every process waits for the last writes, then the process group really ends here, on every process (the
+    # Trainer's DDP wrapper let go first): not in the interpreter's shutdown, where gloo's threads abort or block.
+    finish_distributed(trainer)
     return printed
 
 

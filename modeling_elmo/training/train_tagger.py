@@ -16,11 +16,10 @@ Tag raw sentences with the saved folder (prints ``word<TAB>tag``, a blank line b
 
     python -m modeling_elmo.training.train_tagger --predict ner-elmo "EU rejects German call to boycott British lamb."
 
-CoNLL files: one word per line, the word in the first column and its tag in the last (so both the
-two-column form and the four-column CoNLL-2003 form work); blank lines end sentences; ``-DOCSTART-``
-lines are skipped. Tags in the IOB1 scheme (``I-X`` opens an entity, ``B-X`` only between two
-entities of the same type) are converted to BIO (IOB2), so the CRF's BIO constraints apply and the
-saved model predicts BIO tags. Entity-level precision/recall/F1 are computed with ``seqeval``.
+The data (CoNLL files, a dataset, tag schemes: IOB1 is converted to BIO, so the CRF's BIO constraints apply and
+the saved model predicts BIO tags) is read by ``modeling_elmo.training.tagging_data``; the ``Trainer`` (its order,
+time budget and final evaluation) and the metrics (entity-level precision/recall/F1 with ``seqeval``) are in
+``modeling_elmo.training.tagger_trainer``.
 
 Output: status lines go to stderr (logged on the main process only), the final metrics as JSON to stdout.
 
@@ -31,13 +30,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import logging
 import os
 import sys
-import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,129 +45,24 @@ import torch
 from transformers import IntervalStrategy, TrainerCallback, TrainingArguments
 from transformers.utils import logging as hf_logging
 
-from ..hub.download import close_released_name, resolve_pretrained
-from ..hub.model_card import SCALAR_MIX_PLOT, hub_model_id, metric_results, write_model_card
+from ..demo_models.model import resolve_model_name
+from ..hub.download import close_released_name
+from ..hub.model_card import SCALAR_MIX_PLOT, hub_model_id, metric_results, source_name, write_model_card
 from ..hub.remote_code import remote_code, save_with_remote_code
 from ..inference.token_cache import build_token_cache
-from .arguments import ElmoArgumentParser
+from . import tagger_trainer, tagging_data
+from .arguments import COMMON_TRAINING_ARGUMENTS, ElmoArgumentParser
 from .checkpoints import CHECKPOINT_PATTERN, checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
+from .distributed import finish_distributed
 
-DOCSTART = "-DOCSTART-"
-IGNORE_INDEX = -100
 PROG = "python -m modeling_elmo.training.train_tagger"
 
 logger = logging.getLogger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------
-# CoNLL reading and tag schemes
-# ---------------------------------------------------------------------------------------------
-
-
-def read_conll(path: str | os.PathLike) -> tuple[list[list[str]], list[list[str]]]:
-    """Read a CoNLL file: ``(sentences, tags)``, each a list of per-sentence lists of strings.
-
-    The first column is the word, the last the tag. Raises ``ValueError`` naming the file and line
-    for a line with fewer than two columns, and for a file without any sentence.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"CoNLL file not found: {path}")
-    sentences: list[list[str]] = []
-    tags: list[list[str]] = []
-    words: list[str] = []
-    labels: list[str] = []
-    with path.open(encoding="utf-8") as f:
-        try:
-            lines = list(f)
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{path}: not UTF-8 text (byte {error.start}: {error.reason})") from None
-        for number, line in enumerate(lines, start=1):
-            columns = line.split()
-            if not columns or columns[0] == DOCSTART:
-                if words:
-                    sentences.append(words)
-                    tags.append(labels)
-                    words, labels = [], []
-                continue
-            if len(columns) < 2:
-                raise ValueError(
-                    f"{path}:{number}: expected 'word ... tag' (at least two columns), got {line.rstrip()!r}"
-                )
-            words.append(columns[0])
-            labels.append(columns[-1])
-    if words:
-        sentences.append(words)
-        tags.append(labels)
-    if not sentences:
-        raise ValueError(f"{path}: no sentences found")
-    return sentences, tags
-
-
-def _split_tag(tag: str) -> tuple[str, str | None]:
-    if tag == "O":
-        return "O", None
-    if len(tag) > 2 and tag[0] in "BI" and tag[1] == "-":
-        return tag[0], tag[2:]
-    return "", None  # not a BIO/IOB1 tag
-
-
-def detect_scheme(tag_sequences: Iterable[Sequence[str]]) -> str:
-    """``"BIO"`` (IOB2), ``"IOB1"`` or ``"other"`` (tags that are not ``O``/``B-X``/``I-X``, e.g. POS tags).
-
-    IOB1 is recognised by an ``I-X`` that opens an entity (at the start of a sentence or after ``O``
-    or another type): BIO never does that.
-    """
-    iob1 = False
-    for sequence in tag_sequences:
-        previous = ("O", None)
-        for tag in sequence:
-            prefix, kind = _split_tag(tag)
-            if not prefix:
-                return "other"
-            if prefix == "I" and (previous[0] == "O" or previous[1] != kind):
-                iob1 = True
-            previous = (prefix, kind)
-    return "IOB1" if iob1 else "BIO"
-
-
-def iob1_to_bio(tags: Sequence[str]) -> list[str]:
-    """Convert one sentence's IOB1 tags to BIO: an ``I-X`` that opens an entity becomes ``B-X``."""
-    converted = []
-    previous = ("O", None)
-    for tag in tags:
-        prefix, kind = _split_tag(tag)
-        if prefix == "I" and (previous[0] == "O" or previous[1] != kind):
-            tag = f"B-{kind}"
-        converted.append(tag)
-        previous = (prefix, kind)
-    return converted
-
-
-def sort_labels(labels: Iterable[str]) -> list[str]:
-    """Tag names in a stable order: ``O`` first, then by entity type, ``B-`` before ``I-``."""
-
-    def key(tag: str) -> tuple:
-        prefix, kind = _split_tag(tag)
-        return (tag != "O", kind or tag, prefix)
-
-    return sorted(set(labels), key=key)
-
-
-def build_word_vocab(sentences: Iterable[Sequence[str]], min_freq: int = 1) -> dict[str, int]:
-    """A word vocabulary for the tagger's word embedding: ``<S>``, ``</S>``, ``<UNK>``, then the words seen
-    at least ``min_freq`` times, most frequent first. Rarer words map to ``<UNK>``, which so gets trained."""
-    counts = Counter(word for sentence in sentences for word in sentence)
-    vocab = {"<S>": 0, "</S>": 1, "<UNK>": 2}
-    for word, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
-        if count >= min_freq and word not in vocab:
-            vocab[word] = len(vocab)
-    return vocab
-
-
-# ---------------------------------------------------------------------------------------------
-# Model, data and metrics
+# Model and tokenizer
 # ---------------------------------------------------------------------------------------------
 
 
@@ -191,9 +85,10 @@ def _has_tokenizer(folder: str | os.PathLike) -> bool:
 def build_model_and_tokenizer(args: ModelArguments, labels: list[str], train_sentences: list[list[str]]):
     """The tagger (biLM weights from ``args.bilm`` unless ``--no_elmo``) and its tokenizer.
 
-    The load of the biLM is quiet: the tagger declares its head's weights as new, so transformers' LOAD REPORT has
-    nothing to list. What matters is checked by ``ElmoForTokenClassification.from_pretrained`` itself: biLM
-    weights that are missing or do not fit the config raise ``ValueError``.
+    The head is new, which transformers' LOAD REPORT would list weight by weight: this command asks for the loading
+    info and says it in one status line instead (see [`quiet_transformers`]). What matters is checked by
+    ``ElmoForTokenClassification.from_pretrained`` itself: biLM weights that are missing or do not fit the config
+    raise ``ValueError``.
     """
     from ..configuration_elmo import ElmoConfig
     from ..modeling_elmo_tagging import ElmoForTokenClassification
@@ -236,7 +131,7 @@ def build_model_and_tokenizer(args: ModelArguments, labels: list[str], train_sen
                 "max_characters_per_token": base_tokenizer.max_characters_per_token,
                 "split_punctuation": base_tokenizer.split_punctuation,
             }
-        tokenizer = ElmoTokenizer(vocab=build_word_vocab(train_sentences, args.min_word_freq), **settings)
+        tokenizer = ElmoTokenizer(vocab=tagging_data.build_word_vocab(train_sentences, args.min_word_freq), **settings)
         head["tagger_word_vocab_size"] = len(tokenizer)
     else:
         tokenizer = base_tokenizer or ElmoTokenizer()
@@ -244,90 +139,16 @@ def build_model_and_tokenizer(args: ModelArguments, labels: list[str], train_sen
     if args.no_elmo:
         model = ElmoForTokenClassification(ElmoConfig(**_no_elmo_bilm_config(), **head))
     else:
-        # Quiet without touching transformers' loggers: the head's weights are declared new
-        # (_keys_to_ignore_on_load_missing), so transformers has nothing to report. (Raising the level of
-        # transformers.modeling_utils' logger, as this command once did, is what made transformers check the
-        # tensor-parallel plan and print "The following layers were not sharded: crf.constraint_mask, ...".)
-        model = ElmoForTokenClassification.from_pretrained(args.bilm, **head)
+        with quiet_transformers():
+            model, info = ElmoForTokenClassification.from_pretrained(args.bilm, output_loading_info=True, **head)
+        new = sorted({key.split(".")[0] for key in info["missing_keys"]})
+        logger.info("new in the tagger, trained from scratch: %s", ", ".join(new) or "nothing")
     if model.config.max_characters_per_token != tokenizer.max_characters_per_token:
         raise ValueError(
             f"the tokenizer writes {tokenizer.max_characters_per_token} characters per word but the biLM reads "
             f"{model.config.max_characters_per_token}"
         )
     return model, tokenizer
-
-
-def encode_dataset(dataset, tokenizer, label2id: dict[str, int] | None, vocab_ids: bool, max_words: int | None):
-    """Tokenize a ``datasets.Dataset`` with ``tokens`` (and ``tags``) columns into model features.
-
-    One word is one token (``is_split_into_words=True``), so word-level tags are the labels as they are.
-    ``max_words``: cut longer sentences to that many words; ``None`` or 0 for no limit.
-
-    Raises:
-        ValueError: ``max_words`` is negative or not an integer (``sentence[:-1]`` would drop the last word).
-    """
-    # The CLI's --max_words rule (DATA_NUMBER_RULES), for callers from Python too.
-    if max_words is not None and (isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < 0):
-        raise ValueError(f"max_words must be None, 0 (no limit) or a positive number of words, got {max_words!r}")
-
-    def encode(batch: dict[str, list]) -> dict[str, list]:
-        words = [sentence[:max_words] if max_words else sentence for sentence in batch["tokens"]]
-        features = tokenizer(words, is_split_into_words=True, return_vocab_ids=vocab_ids)
-        features = {key: features[key] for key in ("input_ids", "attention_mask", "vocab_ids") if key in features}
-        features["length"] = [len(sentence) for sentence in words]
-        if label2id is not None:
-            unknown = {tag for tags in batch["tags"] for tag in tags if tag not in label2id}
-            if unknown:
-                raise ValueError(f"tags not seen in the training data: {sorted(unknown)}")
-            features["labels"] = [
-                [label2id[tag] for tag in tags[: len(w)]] for tags, w in zip(batch["tags"], words, strict=True)
-            ]
-        return features
-
-    return dataset.map(encode, batched=True, remove_columns=dataset.column_names, desc="Tokenizing")
-
-
-def make_compute_metrics(id2label: dict[int, str], scheme: str):
-    """``compute_metrics`` for Trainer: entity-level precision/recall/F1 (seqeval) and word accuracy.
-
-    Predictions are tag ids per word (Viterbi with a CRF), ``-100`` where the label is ``-100``.
-    """
-    from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
-
-    def compute_metrics(eval_prediction) -> dict[str, float]:
-        predictions, labels = eval_prediction.predictions, eval_prediction.label_ids
-        if isinstance(predictions, tuple):
-            predictions = predictions[0]
-        gold, guessed = [], []
-        for row_pred, row_gold in zip(predictions, labels, strict=True):
-            keep = row_gold != IGNORE_INDEX
-            gold.append([id2label[int(t)] for t in row_gold[keep]])
-            guessed.append([id2label[int(t)] for t in row_pred[keep]])
-        metrics = {"accuracy": float(accuracy_score(gold, guessed))}
-        if scheme != "other":  # entity F1 only means something for chunk tags
-            metrics.update(
-                precision=float(precision_score(gold, guessed, zero_division=0)),
-                recall=float(recall_score(gold, guessed, zero_division=0)),
-                f1=float(f1_score(gold, guessed, zero_division=0)),
-            )
-        return metrics
-
-    return compute_metrics
-
-
-def make_preprocess_logits(model):
-    """Turn a batch's logits into tag ids before Trainer gathers them: the argmax per word, which for a CRF tagger
-    (whose ``logits`` are the CRF's max-marginals) is the Viterbi path.
-
-    The labels give the mask: word-level labels are ``-100`` only on padding.
-    """
-
-    def preprocess(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        if isinstance(logits, tuple):
-            logits = logits[0]
-        return logits.argmax(dim=-1).masked_fill(~labels.ne(IGNORE_INDEX), IGNORE_INDEX)
-
-    return preprocess
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,17 +169,23 @@ class _Refusal:
 class ModelArguments:
     """The biLM the tagger reads, and the tagger's own head."""
 
+    _argument_group_name = "the biLM and the tagger"  # --help's heading (HfArgumentParser's argument groups)
+
     bilm: str | None = field(
         default=None,
         metadata={
             # train-lm's name for the same thing, so that one spelling works in both commands.
             "aliases": ["--model_name_or_path"],
             "metavar": "PATH",
-            "help": "the biLM whose layers the tagger mixes: an ElmoModel folder (converted or trained) or a released "
-            "model's name (elmo download --list); --bilm and --model_name_or_path (train-lm's name) are the same "
-            "flag, as are the keys bilm and model_name_or_path of a config file",
+            "help": "the biLM whose layers the tagger mixes: an ElmoModel folder (converted or trained), a released "
+            "model's name (elmo download --list: downloaded and converted on first use) or demo (the bundled toy "
+            "biLM); --bilm and --model_name_or_path (train-lm's name) are the same flag, as are the keys bilm and "
+            "model_name_or_path of a config file",
         },
     )
+    # What --bilm named, for the model card (a released name, demo, or a folder's name), set by parse_args when it
+    # turns the name into its folder; not an option.
+    bilm_name: str | None = field(default=None, init=False, repr=False)
     no_elmo: bool = field(default=False, metadata={"help": "baseline without ELMo: word embeddings only"})
     word_input: str = field(
         default="embedding",
@@ -399,6 +226,8 @@ class ModelArguments:
 class DataArguments:
     """CoNLL files, or a Hub dataset (or a saved ``DatasetDict``) with word and tag columns."""
 
+    _argument_group_name = "data"
+
     train_file: str | None = field(default=None, metadata={"help": "CoNLL training file (word ... tag per line)"})
     eval_file: str | None = field(default=None, metadata={"help": "CoNLL evaluation (dev) file"})
     dataset_name: str | None = field(
@@ -427,6 +256,8 @@ class DataArguments:
 class ElmoTaggerTrainingArguments(TrainingArguments):
     """``TrainingArguments`` with the tagger's recipe as defaults (Adam 1e-3, batch 32, clipping at 5, length-grouped
     batches, evaluation every epoch), plus a training-time budget and the CPU thread count."""
+
+    _argument_group_name = "training (transformers' TrainingArguments, the tagger's recipe as defaults)"
 
     # Required (checked after parsing, so that unknown flags are reported first): "" instead of transformers' None,
     # which it would turn into ./trainer_output.
@@ -538,14 +369,24 @@ TRAIN_DESCRIPTION = (
 )
 
 
+TRAIN_USAGE = (
+    "%(prog)s (--bilm MODEL | --no_elmo) (--train_file FILE [--eval_file FILE] | --dataset_name NAME) "
+    "--output_dir DIR [OPTION ...]\n"
+    "       %(prog)s CONFIG.json|CONFIG.yaml\n"
+    "       %(prog)s --predict MODEL_DIR [--input_file FILE] [SENTENCE ...]"
+)
+
+
 def build_parser(prog: str | None = None) -> ElmoArgumentParser:
     """The training command's parser: ``(ModelArguments, DataArguments, ElmoTaggerTrainingArguments)``."""
     prog = prog or PROG
     return ElmoArgumentParser(
         (ModelArguments, DataArguments, ElmoTaggerTrainingArguments),
         prog=prog,
+        usage=TRAIN_USAGE,
         description=TRAIN_DESCRIPTION.format(prog=prog),
         deprecated=DEPRECATED_FLAGS,
+        short_help=COMMON_TRAINING_ARGUMENTS,
     )
 
 
@@ -603,7 +444,7 @@ def check_run(model_args: ModelArguments, data_args: DataArguments, training_arg
         raise ValueError("--no_elmo is the word-embedding baseline: it needs --word_input embedding")
     if not model_args.no_elmo and not model_args.bilm:
         raise ValueError(
-            "give --bilm PATH (or --model_name_or_path PATH: an ElmoModel folder or a released model's name), or "
+            "give --bilm PATH (or --model_name_or_path PATH: an ElmoModel folder, a released model's name or demo), or "
             "--no_elmo for the baseline without ELMo"
         )
     if model_args.bilm and not Path(model_args.bilm).is_dir():
@@ -627,11 +468,13 @@ def check_run(model_args: ModelArguments, data_args: DataArguments, training_arg
 
 def parse_args(argv: Sequence[str] | None = None, prog: str | None = None):
     """``(ModelArguments, DataArguments, ElmoTaggerTrainingArguments)`` from the command line (or a JSON/YAML file),
-    checked. ``--bilm`` may name a released model, downloaded and converted on first use. Raises ``ValueError`` for
-    refused values, ``OSError`` for a failed download, ``SystemExit(2)`` for usage errors."""
+    checked. ``--bilm`` may name a released model (downloaded and converted on first use) or ``demo`` (the bundled
+    demo biLM): ``model_args.bilm`` is then its folder, and ``model_args.bilm_name`` the name given. Raises
+    ``ValueError`` for refused values, ``OSError`` for a failed download, ``SystemExit(2)`` for usage errors."""
     model_args, data_args, training_args = build_parser(prog).parse(argv)
-    if model_args.bilm:  # a released model's name (`elmo download --list`): its converted folder
-        model_args.bilm = resolve_pretrained(model_args.bilm)
+    if model_args.bilm:  # "demo" or a released model's name (`elmo download --list`): its folder
+        model_args.bilm_name = model_args.bilm
+        model_args.bilm = resolve_model_name(model_args.bilm)
     check_run(model_args, data_args, training_args)
     return model_args, data_args, training_args
 
@@ -673,6 +516,25 @@ def setup_logging(training_args: TrainingArguments) -> None:
 
 
 @contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """transformers' verbosity at ERROR for the duration, then as it was: for the command's own load of a biLM folder
+    into a new tagger, whose head transformers' LOAD REPORT would list as missing (the loading info says it, in one
+    line). Left as it is when set to INFO or DEBUG (``--log_level info``). transformers' own switch, as an application
+    sets it: no logger of transformers gets a level or a filter of its own (a level on transformers.modeling_utils'
+    logger arms its tensor-parallel plan check: "The following layers were not sharded: crf.constraint_mask, ...").
+    """
+    before = hf_logging.get_verbosity()
+    if before < hf_logging.WARNING:
+        yield
+        return
+    hf_logging.set_verbosity(hf_logging.ERROR)
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(before)
+
+
+@contextlib.contextmanager
 def progress_bars(enabled: bool) -> Iterator[None]:
     """transformers' and datasets' progress bars (loading, saving, ``Dataset.map``) on or off for the duration, then
     as they were: ``--disable_tqdm`` silences them all, as ``transformers.utils.logging.disable_progress_bar()``
@@ -690,235 +552,6 @@ def progress_bars(enabled: bool) -> Iterator[None]:
     finally:
         for was, enable, disable in switches:
             (enable if was else disable)()
-
-
-# ---------------------------------------------------------------------------------------------
-# Training data: CoNLL files or a (Hub) dataset
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TaggingData:
-    """Sentences and their tags as strings, for training and (optionally) evaluation."""
-
-    train_sentences: list[list[str]]
-    train_tags: list[list[str]]
-    eval_sentences: list[list[str]] | None = None
-    eval_tags: list[list[str]] | None = None
-    label_names: list[str] | None = None  # all tag names the dataset declares (a ClassLabel), seen or not
-    source: str = ""  # what the model card names as the data
-
-
-def load_dataset_splits(data_args: DataArguments) -> TaggingData:
-    """The ``train`` and (if present) ``validation`` splits of ``--dataset_name``, tags as names.
-
-    ``--dataset_name`` is a folder holding a saved ``DatasetDict`` (``save_to_disk``), read with ``load_from_disk``,
-    or anything ``datasets.load_dataset`` takes (a Hub id, a local dataset folder). Integer tags are mapped to names
-    with the column's ``ClassLabel``.
-    """
-    import datasets
-
-    name = data_args.dataset_name
-    try:
-        if Path(name).is_dir() and (Path(name) / "dataset_dict.json").is_file():
-            splits = datasets.load_from_disk(name)
-        else:
-            splits = datasets.load_dataset(name, data_args.dataset_config_name, cache_dir=data_args.cache_dir)
-    except (OSError, ValueError) as error:
-        raise type(error)(f"--dataset_name {name}: {error}") from error
-    if not isinstance(splits, datasets.DatasetDict) or "train" not in splits:
-        found = list(splits) if isinstance(splits, datasets.DatasetDict) else "one Dataset, no splits"
-        raise ValueError(f"--dataset_name {name}: no 'train' split (found: {found})")
-
-    def columns(split: str) -> tuple[list[list[str]], list[list[str]], list[str] | None]:
-        data = splits[split]
-        for option, column in (("text", data_args.text_column_name), ("label", data_args.label_column_name)):
-            if column not in data.column_names:
-                raise ValueError(
-                    f"--dataset_name {name}: the {split} split has no column {column!r} (--{option}_column_name); "
-                    f"its columns: {', '.join(data.column_names)}"
-                )
-        feature = getattr(data.features[data_args.label_column_name], "feature", None)
-        names = list(feature.names) if isinstance(feature, datasets.ClassLabel) else None
-        sentences = [list(map(str, words)) for words in data[data_args.text_column_name]]
-        tags = [[names[t] if names else str(t) for t in row] for row in data[data_args.label_column_name]]
-        return sentences, tags, names
-
-    train_sentences, train_tags, names = columns("train")
-    eval_sentences = eval_tags = None
-    if "validation" in splits:
-        eval_sentences, eval_tags, _ = columns("validation")
-    return TaggingData(train_sentences, train_tags, eval_sentences, eval_tags, names, source=name)
-
-
-def load_tagging_data(data_args: DataArguments) -> TaggingData:
-    """The training (and dev) sentences and tags, cut to ``--max_*_sentences``."""
-    if data_args.dataset_name:
-        data = load_dataset_splits(data_args)
-    else:
-        data = TaggingData(*read_conll(data_args.train_file), source=data_args.train_file)
-        if data_args.eval_file:
-            data.eval_sentences, data.eval_tags = read_conll(data_args.eval_file)
-    if data_args.max_train_sentences:
-        data.train_sentences = data.train_sentences[: data_args.max_train_sentences]
-        data.train_tags = data.train_tags[: data_args.max_train_sentences]
-    if data.eval_sentences is not None and data_args.max_eval_sentences:
-        data.eval_sentences = data.eval_sentences[: data_args.max_eval_sentences]
-        data.eval_tags = data.eval_tags[: data_args.max_eval_sentences]
-    return data
-
-
-# ---------------------------------------------------------------------------------------------
-# Trainer: seeded length-grouped order, a training-time budget, one final evaluation
-# ---------------------------------------------------------------------------------------------
-
-
-class TrainingClock:
-    """Seconds of training since ``start()``, without the time spent evaluating (``exclude``)."""
-
-    def __init__(self) -> None:
-        self.started: float | None = None
-        self.stopped: float | None = None
-        self.excluded = 0.0
-
-    def start(self) -> None:
-        self.started, self.stopped, self.excluded = time.monotonic(), None, 0.0
-
-    def stop(self) -> None:
-        if self.started is not None and self.stopped is None:
-            self.stopped = time.monotonic()
-
-    @property
-    def running(self) -> bool:
-        return self.started is not None and self.stopped is None
-
-    def exclude(self, seconds: float) -> None:
-        """Do not count these seconds (an evaluation during training)."""
-        if self.running:
-            self.excluded += seconds
-
-    @property
-    def seconds(self) -> float:
-        if self.started is None:
-            return 0.0
-        return (self.stopped or time.monotonic()) - self.started - self.excluded
-
-
-class TimeBudget(TrainerCallback):
-    """Stop training once ``budget`` seconds of training (evaluation excluded) have passed; checked after every
-    step. ``budget`` 0: no limit (the clock still runs, for ``train_seconds``)."""
-
-    def __init__(self, clock: TrainingClock, budget: float) -> None:
-        self.clock = clock
-        self.budget = budget
-        self.stopped_on_budget = False
-        self.words_at_start = 0
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.clock.start()
-        self.words_at_start = int(state.num_input_tokens_seen)  # a resumed run has seen words before
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.budget and not control.should_training_stop and self.clock.seconds >= self.budget:
-            control.should_training_stop = True
-            self.stopped_on_budget = True
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self.clock.stop()
-
-
-def _tagger_trainer_class():
-    """``Trainer`` for the tagger.
-
-    - Its length-grouped training order depends only on ``--seed`` and the epoch. The stock
-      ``LengthGroupedSampler`` draws each epoch's order from the global RNG when the epoch starts, i.e. after the
-      previous epoch's dropout: a run resumed in its second epoch (global RNG restored only later, at the
-      checkpoint's step) drew another order, and its losses differed from an uninterrupted run's.
-    - It times its evaluations (``evaluations``: step, metrics, seconds), so that the training clock leaves them
-      out and the final evaluation is not repeated.
-    - The Trainer's log lines (loss, learning rate) go to stderr: stdout carries only the command's JSON result.
-    - Its progress bar is drawn complete once, with no checkpoint's bar inside it (``progress.use_one_bar``).
-    """
-    from transformers import Trainer
-    from transformers.trainer_callback import PrinterCallback
-    from transformers.trainer_pt_utils import LengthGroupedSampler, get_length_grouped_indices
-
-    from .progress import OneCompleteBar, use_one_bar
-
-    class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
-        """Length-grouped order from a generator seeded with ``seed + epoch`` (``set_epoch`` is called by the
-        Trainer through accelerate's dataloader at every epoch, also after resuming)."""
-
-        def __init__(self, batch_size: int, lengths: list[int], seed: int):
-            super().__init__(batch_size, lengths=lengths)
-            self.seed = seed
-            self.epoch = 0
-
-        def set_epoch(self, epoch: int) -> None:
-            self.epoch = int(epoch)
-
-        def __iter__(self):
-            generator = torch.Generator().manual_seed(self.seed + self.epoch)
-            return iter(get_length_grouped_indices(self.lengths, self.batch_size, generator=generator))
-
-    class StderrPrinterCallback(PrinterCallback):
-        def on_log(self, *args, **kwargs):
-            with contextlib.redirect_stdout(sys.stderr):
-                super().on_log(*args, **kwargs)
-
-    class StderrProgressCallback(OneCompleteBar):
-        def on_log(self, *args, **kwargs):  # tqdm.write prints to stdout
-            with contextlib.redirect_stdout(sys.stderr):
-                super().on_log(*args, **kwargs)
-
-    class TaggerTrainer(Trainer):
-        def __init__(self, *args, time_budget: float = 0.0, **kwargs):
-            super().__init__(*args, **kwargs)
-            if self.callback_handler.pop_callback(PrinterCallback) is not None:
-                self.add_callback(StderrPrinterCallback)
-            use_one_bar(self, StderrProgressCallback)
-            self.clock = TrainingClock()
-            self.budget = TimeBudget(self.clock, time_budget)
-            self.add_callback(self.budget)
-            self.evaluations: list[tuple[int, dict[str, float], float]] = []
-            self.write_card: Callable[[], Any] | None = None
-
-        def evaluate(self, *args, **kwargs) -> dict[str, float]:
-            started = time.monotonic()
-            metrics = super().evaluate(*args, **kwargs)
-            seconds = time.monotonic() - started
-            self.clock.exclude(seconds)  # evaluation is not training time
-            self.evaluations.append((self.state.global_step, metrics, seconds))
-            return metrics
-
-        def create_model_card(self, *args, **kwargs) -> None:
-            """Write the command's card (``write_card``, set by the command: ``model_card.write_model_card`` with the
-            metadata, the model-index and the recipe) instead of the Trainer's generic one; ``push_to_hub`` calls
-            this after saving the model and before uploading the folder."""
-            if self.write_card is not None and self.is_world_process_zero():
-                self.write_card()
-
-        def _get_train_sampler(self, train_dataset=None):
-            sampler = super()._get_train_sampler(train_dataset)
-            if type(sampler) is LengthGroupedSampler:
-                return EpochSeededLengthGroupedSampler(sampler.batch_size, sampler.lengths, self.args.seed)
-            return sampler
-
-    return TaggerTrainer
-
-
-def _final_evaluation(trainer) -> tuple[dict[str, float], float]:
-    """The dev-set metrics of the final model and the seconds their evaluation took: the Trainer's own evaluation
-    of the last step when it made one (``--eval_strategy epoch`` evaluates at the end of the last, or the
-    interrupted, epoch) and the model is still that one; otherwise one evaluation now."""
-    if trainer.evaluations:
-        step, metrics, seconds = trainer.evaluations[-1]
-        best = trainer.state.best_model_checkpoint
-        reloaded = trainer.args.load_best_model_at_end and best and Path(best).name != f"checkpoint-{step}"
-        if step == trainer.state.global_step and not reloaded:
-            return dict(metrics), seconds
-    metrics = trainer.evaluate()
-    return dict(metrics), trainer.evaluations[-1][2]
 
 
 def _resume_checkpoint(training_args: TrainingArguments) -> str | None:
@@ -968,16 +601,10 @@ def _train(
     from transformers import DataCollatorForTokenClassification, set_seed
 
     set_seed(training_args.seed)
-    data = load_tagging_data(data_args)
-    scheme = detect_scheme(data.train_tags)
-    if scheme == "IOB1" or (scheme == "BIO" and data.eval_tags is not None and detect_scheme(data.eval_tags) == "IOB1"):
-        scheme = "IOB1"
-    if scheme == "IOB1":  # one scheme for training, evaluation and the saved model: BIO
-        data.train_tags = [iob1_to_bio(t) for t in data.train_tags]
-        if data.eval_tags is not None:
-            data.eval_tags = [iob1_to_bio(t) for t in data.eval_tags]
+    data = tagging_data.load_tagging_data(data_args)
+    scheme = tagging_data.unify_scheme(data)  # one scheme for training, evaluation and the saved model: BIO
     # The dataset's declared tag names too (a ClassLabel), so that tags rare enough to miss the training cut work.
-    labels = sort_labels([t for tags in data.train_tags for t in tags] + list(data.label_names or []))
+    labels = tagging_data.sort_labels([t for tags in data.train_tags for t in tags] + list(data.label_names or []))
     logger.info(
         "%d training sentences, %d words; tag scheme %s%s; %d labels: %s",
         len(data.train_sentences),
@@ -999,7 +626,8 @@ def _train(
 
     def encode(sentences: list[list[str]], tags: list[list[str]]):
         dataset = Dataset.from_dict({"tokens": sentences, "tags": tags})
-        return encode_dataset(dataset, tokenizer, model.config.label2id, model.needs_vocab_ids, data_args.max_words)
+        label2id, max_words = model.config.label2id, data_args.max_words
+        return tagging_data.encode_dataset(dataset, tokenizer, label2id, model.needs_vocab_ids, max_words)
 
     train_data = encode(data.train_sentences, data.train_tags)
     eval_data = encode(data.eval_sentences, data.eval_tags) if data.eval_sentences is not None else None
@@ -1009,15 +637,16 @@ def _train(
             setattr(model.config, name, getattr(tokenizer, name))
     if eval_data is None:
         training_args.eval_strategy = IntervalStrategy.NO
-    trainer = _tagger_trainer_class()(
+    compute_metrics = None if eval_data is None else tagger_trainer.make_compute_metrics(model.config.id2label, scheme)
+    trainer = tagger_trainer.tagger_trainer_class()(
         model=model,
         args=training_args,
         train_dataset=train_data,
         eval_dataset=eval_data,
         data_collator=DataCollatorForTokenClassification(tokenizer),
         processing_class=tokenizer,
-        compute_metrics=make_compute_metrics(model.config.id2label, scheme) if eval_data is not None else None,
-        preprocess_logits_for_metrics=make_preprocess_logits(model),
+        compute_metrics=compute_metrics,
+        preprocess_logits_for_metrics=tagger_trainer.make_preprocess_logits(model),
         callbacks=list(callbacks or []),
         time_budget=getattr(training_args, "time_budget", 0.0),
     )
@@ -1038,7 +667,7 @@ def _train(
         logger.info("training stopped on --time_budget %s s after %d steps", training_args.time_budget,
                     trainer.state.global_step)  # fmt: skip
     if eval_data is not None:
-        eval_metrics, eval_seconds = _final_evaluation(trainer)
+        eval_metrics, eval_seconds = tagger_trainer.final_evaluation(trainer)
         eval_words = sum(map(len, data.eval_sentences))
         metrics.update(eval_metrics)
         metrics.update(eval_seconds=round(eval_seconds, 2), eval_words_per_second=round(eval_words / eval_seconds, 1))
@@ -1078,11 +707,7 @@ def _train(
             trainer.create_model_card()
     if trainer.is_world_process_zero():
         print(json.dumps({k: v for k, v in metrics.items() if not isinstance(v, (list, dict))}, indent=1), flush=True)
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        # As train_lm: every process waits for the last writes, then leaves together (a gloo process that exits
-        # with its process group alive can abort at shutdown, "terminate called without an active exception").
-        torch.distributed.barrier()
-        torch.distributed.destroy_process_group()
+    finish_distributed(trainer)  # as train_lm: a barrier, the DDP wrapper let go, the process group destroyed
     return metrics
 
 
@@ -1109,7 +734,8 @@ def _how_made(
     if model_args.no_elmo:
         source = "without ELMo (word embeddings only, the baseline)"
     else:
-        source = f"on the {'fine-tuned' if model_args.fine_tune_bilm else 'frozen'} biLM of `{model_args.bilm}`"
+        bilm = source_name(model_args.bilm_name or model_args.bilm)  # never a local absolute path
+        source = f"on the {'fine-tuned' if model_args.fine_tune_bilm else 'frozen'} biLM of `{bilm}`"
     if data_args.dataset_name:
         train_data = f"the dataset `{data_args.dataset_name}`"
         eval_data = "its validation split"
@@ -1218,6 +844,27 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+# Moved in 0.2 (name -> its module now): still importable from here for one release, with a warning.
+MOVED_NAMES = {
+    **{name: tagging_data.__name__ for name in tagging_data.__all__ if name != "unify_scheme"},  # unify_scheme: new
+    **dict.fromkeys(
+        ("TimeBudget", "TrainingClock", "make_compute_metrics", "make_preprocess_logits"), tagger_trainer.__name__
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in MOVED_NAMES:
+        warnings.warn(
+            f"`modeling_elmo.training.train_tagger.{name}` moved to `{MOVED_NAMES[name]}`: import `{name}` from "
+            "there (the old path goes in the next release)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(MOVED_NAMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

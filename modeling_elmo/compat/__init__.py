@@ -1,0 +1,1 @@
+"""Drop-in replacements for other ELMo libraries' APIs (AllenNLP)."""
