@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import shared_dir
 from helpers import BATCHING_ATOL, TINY
 
 import elmo_cli as cli
@@ -293,7 +294,7 @@ def test_wikitext_files_are_test_then_valid(monkeypatch):
     import bench_inference
 
     assert [p.name for p in bench_inference.WIKITEXT_FILES] == ["test.txt", "valid.txt"]
-    assert {p.parent for p in bench_inference.WIKITEXT_FILES} == {REPO.parent / "shared" / "data" / "wikitext-2"}
+    assert {p.parent for p in bench_inference.WIKITEXT_FILES} == {shared_dir() / "data" / "wikitext-2"}
 
 
 def test_wikitext_2_holds_17421_sentences(bench, monkeypatch, shared_data_dir, capsys):
