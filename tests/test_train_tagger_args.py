@@ -348,8 +348,9 @@ BUDGET = 2.0
 @pytest.fixture(scope="module")
 def budget_files(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("budget")
-    # An epoch of 100 steps of 8 sentences is longer than the budget; evaluating 800 sentences takes ~1 s or more.
-    return {"train": write_conll(root / "train.txt", 800, 7), "dev": write_conll(root / "dev.txt", 800, 8)}
+    # An epoch of 500 steps of 8 sentences is far longer than the budget (an idle AMX Xeon ran 120 steps in 2 s);
+    # evaluating 800 sentences takes ~1 s or more.
+    return {"train": write_conll(root / "train.txt", 4000, 7), "dev": write_conll(root / "dev.txt", 800, 8)}
 
 
 def _budgeted_run(budget_files, out: Path, *extra: str) -> tuple[dict, EvaluationRecorder, float]:
