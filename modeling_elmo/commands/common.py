@@ -173,16 +173,10 @@ def quiet_loading() -> Iterator[None]:
     commands' own bars stay."""
     from transformers.utils import logging as hf_logging
 
-    if hf_logging.get_verbosity() <= hf_logging.INFO:
+    from ..hub.download_core import progress_bars_off
+
+    with progress_bars_off(hf_logging.get_verbosity() > hf_logging.INFO):
         yield
-        return
-    was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_on:
-            hf_logging.enable_progress_bar()
 
 
 def load_model(model: str | None, device, dtype: str = "float32", quantize: str | None = None):

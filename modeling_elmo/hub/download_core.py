@@ -282,7 +282,7 @@ def download_and_convert(
             root.refuse_link(canonical)  # one made since: the converter replaces a folder, never what a link points to
             try:
                 # overwrite: a folder here is a forced one (we hold the model's lock)
-                with _bars_off(not transfer.progress):  # also transformers' "Writing model shards"
+                with progress_bars_off(not transfer.progress):  # also transformers' "Writing model shards"
                     convert(fetched, downloads, target, transfer)
             except (ConversionError, DownloadError) as err:
                 failed = err
@@ -304,7 +304,7 @@ def download_and_convert(
 
 
 @contextlib.contextmanager
-def _bars_off(off: bool) -> Iterator[None]:
+def progress_bars_off(off: bool) -> Iterator[None]:
     """Within the block, no transformers or huggingface_hub progress bars if ``off`` (restored after)."""
     if not off:
         yield
