@@ -6,7 +6,8 @@
   and the ``AutoModelFor*`` of each head, ``AutoTokenizer.register``), so that ``AutoModel.from_pretrained(folder)``
   works on an ELMo folder as on a built-in model, without ``trust_remote_code``;
 - [`ElmoTokenClassificationPipeline`] for the stock ``"token-classification"`` task
-  (``PIPELINE_REGISTRY.register_pipeline``, which replaces the task's class: transformers logs one line saying so),
+  (``PIPELINE_REGISTRY.register_pipeline``, which replaces the task's class; transformers' notice of the replacement
+  is left out, with its public verbosity switch, and the user's level restored),
   the stock class generalised to ELMo's character ids and unchanged for every other model;
 - the task ``"elmo-feature-extraction"`` ([`ElmoFeatureExtractionPipeline`]);
 - the task ``"elmo-fill-mask"`` ([`ElmoFillMaskPipeline`]): fill-in-the-blank from a biLM's released softmax, as LAMA
@@ -25,6 +26,7 @@ from transformers import (
     AutoTokenizer,
 )
 from transformers.pipelines import PIPELINE_REGISTRY
+from transformers.utils import logging as _hf_logging
 
 from . import deprecated_paths
 from .characters import word_to_char_ids
@@ -55,21 +57,28 @@ AutoModelForSequenceClassification.register(ElmoConfig, ElmoForSequenceClassific
 AutoTokenizer.register(ElmoConfig, fast_tokenizer_class=ElmoTokenizer, exist_ok=True)
 
 # The stock task keeps its default model; only the class changes (to one that is the stock class for other models).
+# transformers warns that the task is "already registered": that replacement is this call's documented purpose, so
+# its verbosity is at ERROR for this one call (its public switch), and the user's level comes back after it.
 _stock = PIPELINE_REGISTRY.supported_tasks["token-classification"]
-PIPELINE_REGISTRY.register_pipeline(
-    "token-classification",
-    pipeline_class=ElmoTokenClassificationPipeline,
-    pt_model=AutoModelForTokenClassification,
-    default=_stock.get("default"),
-    type=_stock.get("type", "text"),
-)
+_verbosity = _hf_logging.get_verbosity()
+_hf_logging.set_verbosity(_hf_logging.ERROR)
+try:
+    PIPELINE_REGISTRY.register_pipeline(
+        "token-classification",
+        pipeline_class=ElmoTokenClassificationPipeline,
+        pt_model=AutoModelForTokenClassification,
+        default=_stock.get("default"),
+        type=_stock.get("type", "text"),
+    )
+finally:
+    _hf_logging.set_verbosity(_verbosity)
 PIPELINE_REGISTRY.register_pipeline(
     FEATURE_TASK, pipeline_class=ElmoFeatureExtractionPipeline, pt_model=AutoModel, type="text"
 )
 PIPELINE_REGISTRY.register_pipeline(
     FILL_MASK_TASK, pipeline_class=ElmoFillMaskPipeline, pt_model=AutoModelForPreTraining, type="text"
 )
-del _stock
+del _stock, _verbosity
 deprecated_paths.install()
 
 __all__ = [

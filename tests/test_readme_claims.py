@@ -93,9 +93,9 @@ def test_import_registers_the_auto_classes_and_pipelines():
     ],
 )
 def test_no_import_hooks_private_overrides_or_log_filters(pattern):
-    """No import hook, no override of transformers' private loader, no filter or level change on its loggers, no
-    write into the pipeline registry's dictionaries, in any file of the package. (The ``elmo`` command, an
-    application, sets transformers' verbosity for its own output; it has no hook, override or filter either.)"""
+    """No import hook, no override of transformers' private loader, no filter on its loggers, no lasting level change
+    (the package's one ``set_verbosity`` call quiets its own ``register_pipeline`` call and restores the user's level:
+    tests/test_quiet.py), no write into the pipeline registry's dictionaries, in any file of the package."""
     files = [*PACKAGE.rglob("*.py")] + ([REPO / "elmo_cli.py"] if pattern != "set_verbosity_error" else [])
     found = [f"{p.relative_to(REPO)}" for p in files if re.search(pattern, p.read_text(encoding="utf-8"))]
     assert not found, f"{pattern!r} in {found}"
