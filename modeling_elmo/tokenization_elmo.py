@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +37,15 @@ from .manylangs import FIRST_CHARACTER as MANYLANGS_FIRST_CHARACTER
 from .manylangs import MARKS as MANYLANGS_MARKS
 from .manylangs import check_characters, row_to_word
 from .manylangs import word_to_char_ids as manylangs_char_ids
+from .tokenization_pairs_elmo import (
+    backend_error,
+    backend_input,
+    check_batch,
+    has_pairs,
+    sanitize,
+    warn_without_max_length,
+    words_of,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -89,6 +97,8 @@ _TOKEN_ALTERNATIVES = (
     # "Mr." "Inc." "J." keep their period.
     rf"(?<!{_W})(?:{_ABBREVIATIONS})\.(?!{_W})",
     rf"(?<!{_W})(?:{_NUMERIC_ABBREVIATIONS})\.(?={_SPACE}+\p{{N}})",
+    # The Penn Treebank's negation already split off ("do n't", as CoNLL-2003 writes it) stays whole.
+    rf"(?<!{_W})[nN]['\x{{2019}}][tT](?!{_W})",
     # A word with inner periods and a letter keeps its final period: "U.S." "e.g." "Ph.D.".
     rf"(?=[{_WORD_CLASS}.]*\p{{L}}){_W}+(?:\.{_W}+)+\.(?!{_W})",
     # A word: inner periods ("3.5", "U.S"), commas between digits ("1,000"), hyphens ("e-mail").
@@ -108,26 +118,27 @@ PUNCTUATION_SPLIT_PATTERN = "|".join(f"(?:{alternative})" for alternative in _TO
 WHITESPACE_SPLIT_PATTERN = rf"[^{_SPACE}{_SEPARATORS}]+"
 
 
-def build_pre_tokenizer(split_punctuation: bool = True) -> pre_tokenizers.PreTokenizer:
+def build_pre_tokenizer(
+    split_punctuation: bool = True, keep_whole: tuple[str, ...] = ()
+) -> pre_tokenizers.PreTokenizer:
     """The `tokenizers` pre-tokenizer that splits raw text into words.
 
     The pattern describes the words themselves (``invert=True``); what it does not match
-    (whitespace and the invisible separators) is dropped.
+    (whitespace and the invisible separators) is dropped. Each string of ``keep_whole`` (the special tokens a
+    user added) is one word wherever it stands: it is cut out first, then matched whole.
     """
     pattern = PUNCTUATION_SPLIT_PATTERN if split_punctuation else WHITESPACE_SPLIT_PATTERN
-    return pre_tokenizers.Split(Regex(pattern), behavior="removed", invert=True)
-
-
-# Lone surrogates cannot cross into Rust; they are replaced, one code point by one, before the
-# backend sees the text, so that every offset still points into the caller's string.
-_SURROGATES = re.compile("[\ud800-\udfff]")
-_REPLACEMENT_CHARACTER = "\ufffd"
-
-
-def _sanitize(text: str) -> str:
-    if text.isascii():
-        return text
-    return _SURROGATES.sub(_REPLACEMENT_CHARACTER, text)
+    if not keep_whole:
+        return pre_tokenizers.Split(Regex(pattern), behavior="removed", invert=True)
+    # Longest first, each character as \x{...} so that no token is read as regular-expression syntax.
+    tokens = sorted(keep_whole, key=len, reverse=True)
+    whole = "|".join("".join(f"\\x{{{ord(char):X}}}" for char in token) for token in tokens)
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(whole), behavior="isolated"),
+            pre_tokenizers.Split(Regex(f"(?:{whole})|{pattern}"), behavior="removed", invert=True),
+        ]
+    )
 
 
 # ~590 bytes a word: 16,384 words hold ~9 MiB (65,536 held 37 MiB, which a large vocabulary filled over a long
@@ -293,7 +304,8 @@ class ElmoTokenizer(TokenizersBackend):
     """
 
     vocab_files_names = VOCAB_FILES_NAMES
-    model_input_names = ["input_ids", "attention_mask"]
+    # token_type_ids come with sentence pairs only (single texts encode without them).
+    model_input_names = ["input_ids", "attention_mask", "token_type_ids"]
     padding_side = "right"
 
     def __init__(
@@ -432,43 +444,32 @@ class ElmoTokenizer(TokenizersBackend):
     # Encoding
     # -----------------------------------------------------------------------------------------
 
-    @staticmethod
-    def _as_batch(text: Any, is_split_into_words: bool) -> tuple[list, bool]:
-        """Check the input; return it as a batch and whether it was one."""
-        if is_split_into_words:
-            if isinstance(text, str) or not isinstance(text, (list, tuple)):
-                raise TypeError(
-                    "with is_split_into_words=True, give the words of a sentence (a list of str) or a batch of "
-                    f"sentences (a list of lists of str), got {_type_name(text)}"
-                )
-            is_batched = len(text) > 0 and all(isinstance(item, (list, tuple)) for item in text)
-            sentences = list(text) if is_batched else [text]
-            for index, words in enumerate(sentences):
-                if not isinstance(words, (list, tuple)):
-                    raise TypeError(
-                        f"the batch mixes sentences (lists of words) and other items: item {index} is "
-                        f"{_type_name(words)} {words!r}"
-                    )
-                for position, word in enumerate(words):
-                    if not isinstance(word, str):
-                        where = f"sentence {index}, word {position}" if is_batched else f"word {position}"
-                        raise TypeError(f"every word must be a str; {where} is {_type_name(word)}: {word!r}")
-            return [list(words) for words in sentences], is_batched
-        if isinstance(text, str):
-            return [text], False
-        if not isinstance(text, (list, tuple)):
-            raise TypeError(f"text must be a str or a list of str, got {_type_name(text)}: {text!r}")
-        if len(text) == 0:
-            raise ValueError("empty batch: text is an empty list (give at least one text; '' is an empty text)")
-        for index, item in enumerate(text):
-            if isinstance(item, (list, tuple)):
-                raise TypeError(
-                    f"text[{index}] is a {_type_name(item)}: to give words instead of raw text, pass "
-                    "is_split_into_words=True"
-                )
-            if not isinstance(item, str):
-                raise TypeError(f"every text must be a str; text[{index}] is {_type_name(item)}: {item!r}")
-        return list(text), True
+    def __call__(self, *args, **kwargs) -> BatchEncoding:
+        """As transformers' ``__call__`` (text, ``text_pair``, batches of either, ``is_split_into_words``); warns
+        when ``padding="max_length"`` or truncation comes without ``max_length`` (both are then off)."""
+        options = {**(kwargs.get("tokenizer_kwargs") or {}), **kwargs}
+        warn_without_max_length(
+            self,
+            options.get("padding", False),
+            options.get("truncation"),
+            options.get("max_length"),
+            options.get("verbose", True),
+        )
+        return super().__call__(*args, **kwargs)
+
+    def encode(self, text, text_pair=None, *args, **kwargs) -> list:
+        """Character ids of one text or pair (rows of ``max_characters_per_token`` ints), as ``__call__`` gives
+        them."""
+        warn_without_max_length(
+            self, kwargs.get("padding", False), kwargs.get("truncation"), kwargs.get("max_length"), True
+        )
+        return super().encode(text, text_pair, *args, **kwargs)
+
+    def _kept_whole(self) -> tuple[str, ...]:
+        """The special tokens a user added (``add_special_tokens``): one word each in raw text. The tokenizer's own
+        pad token stays characters there (its id is no word of the biLM's vocabulary)."""
+        decoder = self._tokenizer.get_added_tokens_decoder()
+        return tuple(token.content for token in decoder.values() if token.special and token.content != self.pad_token)
 
     def _run_backend(
         self,
@@ -483,25 +484,25 @@ class ElmoTokenizer(TokenizersBackend):
         split_special_tokens: bool | None = None,
         return_overflowing_tokens: bool = False,
     ) -> list[tuple[Any, list[str | None], int]]:
-        """Encode a checked batch; one ``(encoding, words, sample index)`` per output row.
+        """Encode a checked batch (see ``check_batch``); one ``(encoding, words, sample index)`` per output row.
 
         ``words[k]`` is the word at position ``k`` (``None`` for padding), read from the caller's
         input, not from the backend's tokens (which say ``<UNK>`` for unknown words).
         """
         if split_special_tokens is None:
             split_special_tokens = self.split_special_tokens
-        if is_split_into_words:
-            # An empty word would vanish in the backend: it stands in for it there (any non-empty word would do).
-            rust_inputs = [[_sanitize(word) if word else _REPLACEMENT_CHARACTER for word in ws] for ws in batch]
-        else:
-            rust_inputs = [_sanitize(text) for text in batch]
+        truncation = TruncationStrategy(truncation_strategy)
+        if truncation != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None and stride >= max_length:
+            raise ValueError(f"stride={stride} must be smaller than max_length={max_length} (the words of a window)")
+        rust_inputs = [backend_input(item, is_split_into_words) for item in batch]
         backend = self._tokenizer
         pre_tokenizer = backend.pre_tokenizer
         encode_special_tokens = backend.encode_special_tokens
+        keep_whole = () if is_split_into_words else self._kept_whole()
         try:
             self.set_truncation_and_padding(
                 padding_strategy=padding_strategy,
-                truncation_strategy=TruncationStrategy(truncation_strategy),
+                truncation_strategy=truncation,
                 max_length=max_length,
                 stride=stride,
                 pad_to_multiple_of=pad_to_multiple_of,
@@ -512,11 +513,17 @@ class ElmoTokenizer(TokenizersBackend):
                 backend.encode_special_tokens = True
             else:
                 backend.encode_special_tokens = bool(split_special_tokens)
+                if keep_whole:
+                    backend.pre_tokenizer = build_pre_tokenizer(self.split_punctuation, keep_whole)
             encodings = backend.encode_batch(rust_inputs, add_special_tokens=False, is_pretokenized=is_split_into_words)
+        except (TypeError, ValueError):
+            raise
         except Exception as error:  # the Rust side raises plain Exceptions
-            if isinstance(error, (TypeError, ValueError)):
+            raise backend_error(error, truncation.value, max_length, stride) from error
+        except BaseException as error:  # a Rust panic (pyo3's PanicException), e.g. a stride too large for a window
+            if type(error).__name__ != "PanicException":
                 raise
-            raise ValueError(f"the tokenizers backend could not encode the input: {error}") from error
+            raise backend_error(error, truncation.value, max_length, stride) from None
         finally:
             backend.pre_tokenizer = pre_tokenizer
             backend.encode_special_tokens = encode_special_tokens
@@ -527,30 +534,8 @@ class ElmoTokenizer(TokenizersBackend):
         for sample, encoding in enumerate(encodings):
             group = [encoding, *encoding.overflowing] if return_overflowing_tokens else [encoding]
             for item in group:
-                rows.append((item, self._words_of(item, batch[sample], is_split_into_words), sample))
+                rows.append((item, words_of(item, batch[sample], is_split_into_words), sample))
         return rows
-
-    @staticmethod
-    def _words_of(encoding, source: str | list[str], is_split_into_words: bool) -> list[str | None]:
-        words: list[str | None] = []
-        previous = None
-        for mask, word_id, (start, end) in zip(
-            encoding.attention_mask, encoding.word_ids, encoding.offsets, strict=True
-        ):
-            if not mask:
-                words.append(None)
-                continue
-            if is_split_into_words and word_id is not None:
-                if word_id == previous:
-                    raise ValueError(
-                        f"the word {source[word_id]!r} was split into several tokens by tokens added with add_tokens; "
-                        "ElmoTokenizer keeps every given word whole: give it a vocabulary with the new words instead"
-                    )
-                previous = word_id
-                words.append(source[word_id])
-            else:
-                words.append(source[start:end] if isinstance(source, str) else source[word_id or 0][start:end])
-        return words
 
     def _encode_plus(
         self,
@@ -580,12 +565,10 @@ class ElmoTokenizer(TokenizersBackend):
 
         ``add_special_tokens`` has no effect: the model adds ``<S>``/``</S>`` itself.
         """
-        if text_pair is not None:
-            raise ValueError("ElmoTokenizer encodes single sentences: text_pair is not supported")
         unexpected = sorted(set(kwargs) - {"sanitize_control_tokens"})
         if unexpected:
             logger.warning(f"ElmoTokenizer ignores the keyword arguments {unexpected}")
-        batch, is_batched = self._as_batch(text, is_split_into_words)
+        batch, is_batched = check_batch(text, text_pair, is_split_into_words)
         rows = self._run_backend(
             batch,
             is_split_into_words,
@@ -598,8 +581,8 @@ class ElmoTokenizer(TokenizersBackend):
             split_special_tokens=split_special_tokens,
             return_overflowing_tokens=return_overflowing_tokens,
         )
-        if return_token_type_ids is None:
-            return_token_type_ids = "token_type_ids" in self.model_input_names
+        if return_token_type_ids is None:  # a pair's words are told apart by them only: given with every pair
+            return_token_type_ids = has_pairs(batch)
         if return_attention_mask is None:
             return_attention_mask = "attention_mask" in self.model_input_names
         if return_vocab_ids is None:
@@ -657,10 +640,13 @@ class ElmoTokenizer(TokenizersBackend):
         encodings = [encoding for encoding, _, _ in rows]
         table = [(0,) * max_chars] + [self._word_char_ids(word) for word in table_index]
 
-        if return_tensors is not None:
+        ragged = len({len(sentence) for sentence in data["input_ids"]}) > 1
+        if return_tensors is not None and not (ragged and TensorType(return_tensors) == TensorType.NUMPY):
             self._stack_ragged_fields(data, table, return_tensors)
             return BatchEncoding(data, encodings, tensor_type=return_tensors)
         data["input_ids"] = [[list(table[index]) for index in sentence] for sentence in data["input_ids"]]
+        if return_tensors is not None:  # ragged NumPy: an object array of (W_i, C) arrays, as transformers makes it
+            return BatchEncoding(data, encodings, tensor_type=return_tensors)
         if not is_batched and not return_overflowing_tokens:
             return BatchEncoding({key: value[0] for key, value in data.items()}, encodings)
         return BatchEncoding(data, encodings)
@@ -673,7 +659,7 @@ class ElmoTokenizer(TokenizersBackend):
 
     def _cut_word_id(self, word: str) -> int:
         """The vocabulary id of ``word`` cut to ``max_characters_per_token - 2`` code points (ELMoForManyLangs)."""
-        index = self._tokenizer.token_to_id(_sanitize(word[: self.max_characters_per_token - 2]))
+        index = self._tokenizer.token_to_id(sanitize(word[: self.max_characters_per_token - 2]))
         return self.unk_token_id if index is None else index
 
     def _stack_ragged_fields(
@@ -707,18 +693,18 @@ class ElmoTokenizer(TokenizersBackend):
                 data[key] = data[key].tolist()  # let BatchEncoding convert it
 
     def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False, **kwargs) -> list[str]:
-        """The words of ``text`` as the pre-tokenizer splits them (the words themselves, not ``<UNK>``).
+        """The words of ``text`` (then of ``pair``) as the pre-tokenizer splits them (the words themselves, not
+        ``<UNK>``).
 
         ``split_special_tokens`` overrides the tokenizer's setting for this call, as in ``__call__``.
         """
-        if pair is not None:
-            raise ValueError("ElmoTokenizer encodes single sentences: pair is not supported")
         is_split_into_words = kwargs.pop("is_split_into_words", False)
         split_special_tokens = kwargs.pop("split_special_tokens", None)
-        if not is_split_into_words and not isinstance(text, str):
-            raise TypeError(f"tokenize() takes one str, got {_type_name(text)}")
-        batch, _ = self._as_batch(text, is_split_into_words)
-        if len(batch) != 1:
+        for given in (text, pair):
+            if not is_split_into_words and given is not None and not isinstance(given, str):
+                raise TypeError(f"tokenize() takes one str (and one str as pair), got {_type_name(given)}")
+        batch, is_batched = check_batch(text, pair, is_split_into_words)
+        if is_batched:
             raise TypeError("tokenize() takes one sentence")
         ((_, words, _),) = self._run_backend(batch, is_split_into_words, split_special_tokens=split_special_tokens)
         return [word for word in words if word is not None]
@@ -751,6 +737,7 @@ class ElmoTokenizer(TokenizersBackend):
             encoded_inputs = {key: [example[key] for example in encoded_inputs] for key in encoded_inputs[0].keys()}
         elif isinstance(encoded_inputs, Mapping):
             encoded_inputs = dict(encoded_inputs)
+        warn_without_max_length(self, padding, None, max_length, verbose)
         options = {
             "padding": padding,
             "max_length": max_length,

@@ -34,6 +34,7 @@ SHIPPED = {
     "scoring_elmo.py",
     "softmax_elmo.py",
     "tokenization_elmo.py",
+    "tokenization_pairs_elmo.py",
 }
 # The sub-packages (issue 35's layout), each installed whole: code, and the demo models' data.
 SUBPACKAGES = {

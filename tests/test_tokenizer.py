@@ -277,7 +277,9 @@ def test_word_ids_and_char_to_word_on_raw_text(tok):
 def test_default_vocabulary(tok):
     assert tok.get_vocab() == {"<S>": 0, "</S>": 1, "<UNK>": 2, "<pad>": 3}
     assert (tok.bos_token_id, tok.eos_token_id, tok.unk_token_id, tok.pad_token_id) == (0, 1, 2, 3)
-    assert tok.model_input_names == ["input_ids", "attention_mask"]
+    # token_type_ids come with sentence pairs only (tests/test_tokenizer_pairs.py); single texts have none.
+    assert tok.model_input_names == ["input_ids", "attention_mask", "token_type_ids"]
+    assert "token_type_ids" not in tok("the cat")
 
 
 def test_vocab_file_and_vocab_ids(vtok, vocab_file):
@@ -554,8 +556,8 @@ BAD_INPUTS = [
     ("empty batch", lambda t: t([]), ValueError, r"empty batch"),
     ("no text", lambda t: t(None), ValueError, r"text"),
     ("str with split words", lambda t: t("a b", is_split_into_words=True), TypeError, r"list of str"),
-    ("words without the flag", lambda t: t([["a", "b"]]), TypeError, r"is_split_into_words=True"),
-    ("text pair", lambda t: t("a", "b"), ValueError, r"text_pair"),
+    # A batch item of two str is a sentence pair (as zero-shot passes them); three are words without the flag.
+    ("words without the flag", lambda t: t([["a", "b", "c"]]), TypeError, r"is_split_into_words=True"),
     ("ragged tensors", lambda t: t(["a b", "c"], return_tensors="pt"), ValueError, r"padding=True"),
     ("vocab ids to pad", lambda t: t.pad({"input_ids": [[1, 2, 3]]}), ValueError, r"character ids"),
     ("flat ids to pad", lambda t: t.pad({"input_ids": [1, 2, 3]}), ValueError, r"character ids"),
