@@ -904,9 +904,17 @@ class ElmoModel(ElmoPreTrainedModel):
 
     def _token_layer(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Layer 0 ``[x; x]`` ``(B, W, 2P)`` of the words, zero where ``mask`` is False; the LSTMs do not run."""
-        tokens = input_ids.new_zeros((*mask.shape, self.config.projection_dim), dtype=self.dtype)
-        tokens[mask] = self.embed_words(input_ids[mask])
-        return torch.cat([tokens, tokens], dim=-1)
+        return torch.cat([self._scatter_words(input_ids, mask)] * 2, dim=-1)
+
+    def _scatter_words(self, input_ids: torch.Tensor, present: torch.Tensor) -> torch.Tensor:
+        """Layer 0 ``(R, T, P)`` of the words of ``input_ids`` ``(R, T, C)`` where ``present`` ``(R, T)``, else zero.
+
+        Allocated in the dtype the character encoder returns, not the model's: under ``torch.autocast`` that is the
+        autocast dtype (bfloat16, float16), and the two must match for the scatter."""
+        embedded = self.embed_words(input_ids[present])  # (N, P)
+        tokens = embedded.new_zeros((*present.shape, embedded.shape[-1]))
+        tokens[present] = embedded
+        return tokens
 
     def _compute_layers(
         self, input_ids: torch.Tensor, mask: torch.Tensor, state: ElmoLstmState | None
@@ -926,8 +934,7 @@ class ElmoModel(ElmoPreTrainedModel):
         # <S> w_1 .. w_n </S> for each sentence, as char ids (R, T, C) and embeddings (R, T, P).
         ids, steps = self.add_boundaries(input_ids.index_select(0, rows), mask.index_select(0, rows))
         present = ids.ne(0).any(dim=-1)
-        tokens = ids.new_zeros((*present.shape, self.config.projection_dim), dtype=self.dtype)
-        tokens[present] = self.embed_words(ids[present])
+        tokens = self._scatter_words(ids, present)
 
         layers, final = self.bilm(tokens, steps, state.select(rows) if state is not None else None)
         if state is not None:
