@@ -446,23 +446,17 @@ class ElmoTokenizer(TokenizersBackend):
 
     def __call__(self, *args, **kwargs) -> BatchEncoding:
         """As transformers' ``__call__`` (text, ``text_pair``, batches of either, ``is_split_into_words``); warns
-        when ``padding="max_length"`` or truncation comes without ``max_length`` (both are then off)."""
+        when ``padding="max_length"`` comes without ``max_length`` (no padding is then done)."""
         options = {**(kwargs.get("tokenizer_kwargs") or {}), **kwargs}
         warn_without_max_length(
-            self,
-            options.get("padding", False),
-            options.get("truncation"),
-            options.get("max_length"),
-            options.get("verbose", True),
+            self, options.get("padding", False), options.get("max_length"), options.get("verbose", True)
         )
         return super().__call__(*args, **kwargs)
 
     def encode(self, text, text_pair=None, *args, **kwargs) -> list:
         """Character ids of one text or pair (rows of ``max_characters_per_token`` ints), as ``__call__`` gives
         them."""
-        warn_without_max_length(
-            self, kwargs.get("padding", False), kwargs.get("truncation"), kwargs.get("max_length"), True
-        )
+        warn_without_max_length(self, kwargs.get("padding", False), kwargs.get("max_length"), True)
         return super().encode(text, text_pair, *args, **kwargs)
 
     def _kept_whole(self) -> tuple[str, ...]:
@@ -737,7 +731,7 @@ class ElmoTokenizer(TokenizersBackend):
             encoded_inputs = {key: [example[key] for example in encoded_inputs] for key in encoded_inputs[0].keys()}
         elif isinstance(encoded_inputs, Mapping):
             encoded_inputs = dict(encoded_inputs)
-        warn_without_max_length(self, padding, None, max_length, verbose)
+        warn_without_max_length(self, padding, max_length, verbose)
         options = {
             "padding": padding,
             "max_length": max_length,

@@ -171,29 +171,22 @@ def words_of(encoding, source: str | list[str] | tuple, is_split_into_words: boo
     return words
 
 
-def warn_without_max_length(tokenizer, padding: Any, truncation: Any, max_length: Any, verbose: bool) -> None:
-    """Warn once per tokenizer, in transformers 4's words, when ``padding="max_length"`` or truncation is asked for
-    without ``max_length`` on a tokenizer with no ``model_max_length``: both are then silently off.
+def warn_without_max_length(tokenizer, padding: Any, max_length: Any, verbose: bool) -> None:
+    """Warn once per tokenizer, in transformers 4's words, when ``padding="max_length"`` is asked for without
+    ``max_length`` on a tokenizer with no ``model_max_length``: the lists are then silently left unpadded.
 
-    transformers 5 dropped these warnings (its own tokenizers are silent); a list that stays unpadded is a
-    surprise that a warning names (issue 42).
+    transformers 5 dropped this warning (its own tokenizers are silent); issue 42 asks for it back. Truncation
+    without ``max_length`` stays silent: the stock zero-shot pipeline asks for it on every call.
     """
     if max_length is not None or not verbose or tokenizer.model_max_length <= NO_LIMIT:
         return
-    asked = {
-        "pad": str(getattr(padding, "value", padding)) == "max_length",
-        "truncate": truncation not in (None, False, "do_not_truncate")
-        and str(getattr(truncation, "value", truncation)) != "do_not_truncate",
-    }
-    for what, wanted in asked.items():
-        key = f"Asking-to-{what}-to-max_length"
-        if wanted and not tokenizer.deprecation_warnings.get(key, False):
-            logger.warning(
-                f"Asking to {what} to max_length but no maximum length is provided and the model has no predefined "
-                f"maximum length. Default to no {'padding' if what == 'pad' else 'truncation'}: pass max_length=N "
-                "(a number of words), or set tokenizer.model_max_length."
-            )
-            tokenizer.deprecation_warnings[key] = True
+    key = "Asking-to-pad-to-max_length"
+    if str(getattr(padding, "value", padding)) == "max_length" and not tokenizer.deprecation_warnings.get(key):
+        logger.warning(
+            "Asking to pad to max_length but no maximum length is provided and the model has no predefined maximum "
+            "length. Default to no padding: pass max_length=N (a number of words), or set tokenizer.model_max_length."
+        )
+        tokenizer.deprecation_warnings[key] = True
 
 
 def backend_error(error: BaseException, truncation: str, max_length: int | None, stride: int) -> ValueError:
