@@ -242,6 +242,13 @@ class ElmoTokenizer(TokenizersBackend):
     Inputs: raw text (``str`` or a list of them), split into words by the pre-tokenizer, or
     words (``is_split_into_words=True``, a list of ``str`` or a list of such lists), each of which
     stays exactly one word, whatever it contains (``"U.S."``, ``"(x)"``, ``"a b"``, ``""``).
+    Sentence pairs as in transformers (``tokenizer(a, b)``, ``text_pair=``, batches of either, or
+    ``[(a, b), ...]``): text A's words, then text B's (no special tokens), with ``token_type_ids`` (0 for
+    A, 1 for B; returned with every pair, never for a single text), ``sequence_ids()`` and offsets into
+    each text's own string; ``truncation="only_first"``/``"only_second"``/``"longest_first"`` and the
+    overflow windows (``stride``) count words. Special tokens added with ``add_special_tokens`` stay one
+    word in raw text; the tokenizer's own ``<pad>`` there is characters (``split_special_tokens=False``
+    makes it a word too).
 
     Splitting raw text, close to the Moses tokenization of the 1B Word Benchmark the released
     models were trained on (``split_punctuation=True``): split on whitespace, then split off
@@ -250,8 +257,8 @@ class ElmoTokenizer(TokenizersBackend):
     abbreviations (``Mr.``, ``Inc.``, single capitals, words with inner periods, ``No.`` before a number) and an
     ellipsis (``...``). Apostrophes follow the benchmark, which writes ``Don 't`` and ``it 's``
     (Moses), not the Penn Treebank's ``do n't``: ``"don't"`` -> ``don 't``; a clitic already split
-    off (``Don 't``) stays whole, so text tokenized like the benchmark comes out unchanged. Known differences
-    from Moses: a final period is split off before a lowercase word too (Moses keeps it, e.g.
+    off (``Don 't``, or the Penn Treebank's ``do n't``) stays whole, so tokenized text comes out
+    unchanged. Known differences from Moses: a final period is split off before a lowercase word too (Moses keeps it, e.g.
     ``etc. and``); the ASCII hyphen is never split, but other dashes are; ``’`` is treated like
     ``'``; a run of emoji is split into one token per emoji. With ``split_punctuation=False``,
     text is split on whitespace only. In both modes control characters, zero-width space, the
@@ -268,8 +275,8 @@ class ElmoTokenizer(TokenizersBackend):
     ``tokenizer.decode(enc["input_ids"][0]) == "The cat sat ."``. Given vocabulary ids they behave as
     usual (ids < 0 are dropped).
 
-    Not thread-safe: a call with ``is_split_into_words=True`` switches the backend's pre-tokenizer
-    off while it runs (as every `tokenizers`-backed tokenizer switches padding on and off).
+    Not thread-safe: a call with ``is_split_into_words=True`` (or added special tokens) switches the backend's
+    pre-tokenizer while it runs (as every `tokenizers`-backed tokenizer switches padding on and off).
 
     Args:
         vocab: word -> id (ids 0..n-1). Default: ``{"<S>": 0, "</S>": 1, "<UNK>": 2}``.
