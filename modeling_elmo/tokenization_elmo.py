@@ -258,9 +258,9 @@ class ElmoTokenizer(TokenizersBackend):
     ellipsis (``...``). Apostrophes follow the benchmark, which writes ``Don 't`` and ``it 's``
     (Moses), not the Penn Treebank's ``do n't``: ``"don't"`` -> ``don 't``; a clitic already split
     off (``Don 't``, or the Penn Treebank's ``do n't``) stays whole, so tokenized text comes out
-    unchanged. Known differences from Moses: a final period is split off before a lowercase word too (Moses keeps it, e.g.
-    ``etc. and``); the ASCII hyphen is never split, but other dashes are; ``’`` is treated like
-    ``'``; a run of emoji is split into one token per emoji. With ``split_punctuation=False``,
+    unchanged. Known differences from Moses: a final period is split off before a lowercase word
+    too (Moses keeps it, e.g. ``etc. and``); the ASCII hyphen is never split, but other dashes are;
+    ``’`` is treated like ``'``; a run of emoji is split into one token per emoji. With ``split_punctuation=False``,
     text is split on whitespace only. In both modes control characters, zero-width space, the
     byte-order mark and bidirectional controls separate words like whitespace and are dropped;
     ``word_ids()`` and offsets always point into the given text (``text[start:end]`` is the word).
