@@ -1,13 +1,16 @@
 """transformers' own common tokenizer tests (``TokenizerTesterMixin`` of the installed transformers version,
 fetched by ``tests/transformers_common.py``) against ElmoTokenizer.
 
-ElmoTokenizer departs from a word-piece tokenizer in two declared ways, and the common tests that assume
-otherwise are skipped, each with its reason:
+ElmoTokenizer departs from a word-piece tokenizer in one declared way, and the common tests that assume otherwise are
+skipped, each with its reason:
 
 - 3-D character ids: ``input_ids`` of a sentence are ``(words, 50)`` character ids, one row per word, not one
   vocabulary id per token (the model reads characters; the word vocabulary gives the LM labels, ``vocab_ids``).
-- Single sentences: ELMo has no sentence pairs and adds no special tokens (the model puts ``<S>``/``</S>``
-  around every sentence itself).
+
+Sentence pairs are supported (issue 45: text A's words, then text B's, told apart by ``token_type_ids``; no special
+tokens are added), so the pair tests run (test_call, test_mask_output, test_number_of_added_tokens,
+test_sequence_ids, test_special_tokens_mask_input_pairs, test_maximum_encoding_length_pair_input), and so does
+test_tokenize_special_tokens (added special tokens stay one word, issue 42).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ WORDS = ["the", "cat", "sat", "on", "mat", "a", "dog", "ran", "New", "York", "is
 
 class ElmoTokenizerTest(TokenizerTesterMixin, unittest.TestCase):
     tokenizer_class = ElmoTokenizer
-    test_seq2seq = False  # single sentences: no source/target pairs
+    test_seq2seq = False  # no source/target (text_target) encoding: ELMo is no seq2seq model
     test_tokenizer_from_extractor = False  # built from a word list, not from vocab/merges of tokenizer.json
 
     @classmethod
@@ -42,31 +45,6 @@ class ElmoTokenizerTest(TokenizerTesterMixin, unittest.TestCase):
         words = [word for word in WORDS if word.isalpha()][:max_length]
         text = (" " if with_prefix_space else "") + " ".join(words)
         return text, tokenizer.encode(text, add_special_tokens=False)
-
-    # Single sentences: ELMo has no sentence pairs (text_pair is an error).
-    @unittest.skip(reason="Single sentences: its second half encodes sentence pairs, which ElmoTokenizer refuses")
-    def test_call(self):
-        pass
-
-    @unittest.skip(reason="Single sentences: encodes a sentence pair, which ElmoTokenizer refuses")
-    def test_mask_output(self):
-        pass
-
-    @unittest.skip(reason="Single sentences: encodes a sentence pair, which ElmoTokenizer refuses")
-    def test_number_of_added_tokens(self):
-        pass
-
-    @unittest.skip(reason="Single sentences: encodes a sentence pair, which ElmoTokenizer refuses")
-    def test_sequence_ids(self):
-        pass
-
-    @unittest.skip(reason="Single sentences: encodes a sentence pair, which ElmoTokenizer refuses")
-    def test_special_tokens_mask_input_pairs(self):
-        pass
-
-    @unittest.skip(reason="Single sentences: encodes a sentence pair, which ElmoTokenizer refuses")
-    def test_maximum_encoding_length_pair_input(self):
-        pass
 
     # 3-D character ids: a word is a row of 50 character ids, a padded word a row of zeros.
     @unittest.skip(reason="3-D ids: expects padding by pad_token_id; a padded word is a row of 50 zeros here")
@@ -87,8 +65,4 @@ class ElmoTokenizerTest(TokenizerTesterMixin, unittest.TestCase):
 
     @unittest.skip(reason="3-D ids: encode() gives character rows, convert_tokens_to_ids() vocabulary ids")
     def test_internal_consistency(self):
-        pass
-
-    @unittest.skip(reason="Deliberate: split_special_tokens=True by default, so special tokens in raw text are words")
-    def test_tokenize_special_tokens(self):
         pass
