@@ -20,7 +20,9 @@ The stock ``"feature-extraction"`` and ``"text-classification"`` pipelines serve
 from transformers import (
     AutoConfig,
     AutoModel,
+    AutoModelForMaskedLM,
     AutoModelForPreTraining,
+    AutoModelForQuestionAnswering,
     AutoModelForSequenceClassification,
     AutoModelForTokenClassification,
     AutoTokenizer,
@@ -44,9 +46,10 @@ from .modeling_elmo import (
 )
 from .modeling_elmo_classification import ElmoForSequenceClassification
 from .modeling_elmo_pretraining import ElmoForPreTraining, ElmoForPreTrainingOutput
+from .modeling_elmo_qa import ElmoForQuestionAnswering
 from .modeling_elmo_tagging import ElmoForTokenClassification, ElmoTokenClassifierOutput
 from .pipelines_elmo import FEATURE_TASK, ElmoFeatureExtractionPipeline, ElmoTokenClassificationPipeline
-from .pipelines_fill_mask_elmo import FILL_MASK_TASK, ElmoFillMaskPipeline
+from .pipelines_fill_mask_elmo import FILL_MASK_TASK, ElmoFillMaskPipeline, ElmoForMaskedLM
 from .tokenization_elmo import ElmoTokenizer
 
 AutoConfig.register("elmo", ElmoConfig, exist_ok=True)
@@ -54,7 +57,11 @@ AutoModel.register(ElmoConfig, ElmoModel, exist_ok=True)
 AutoModelForPreTraining.register(ElmoConfig, ElmoForPreTraining, exist_ok=True)
 AutoModelForTokenClassification.register(ElmoConfig, ElmoForTokenClassification, exist_ok=True)
 AutoModelForSequenceClassification.register(ElmoConfig, ElmoForSequenceClassification, exist_ok=True)
+AutoModelForQuestionAnswering.register(ElmoConfig, ElmoForQuestionAnswering, exist_ok=True)
 AutoTokenizer.register(ElmoConfig, fast_tokenizer_class=ElmoTokenizer, exist_ok=True)
+# No masked LM: a class that raises, naming "elmo-fill-mask", where the stock "fill-mask" task would say only
+# "Unrecognized configuration class".
+AutoModelForMaskedLM.register(ElmoConfig, ElmoForMaskedLM, exist_ok=True)
 
 # The stock task keeps its default model; only the class changes (to one that is the stock class for other models).
 # transformers warns that the task is "already registered": that replacement is this call's documented purpose, so
@@ -89,6 +96,7 @@ __all__ = [
     "ElmoFillMaskPipeline",
     "ElmoForPreTraining",
     "ElmoForPreTrainingOutput",
+    "ElmoForQuestionAnswering",
     "ElmoForSequenceClassification",
     "ElmoForTokenClassification",
     "ElmoLstmState",
