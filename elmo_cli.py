@@ -1,13 +1,15 @@
 """The ``elmo`` command: its list of subcommands, and the dispatch to the module of each.
 
 It lives outside the ``modeling_elmo`` package because ``import modeling_elmo`` registers the package with
-transformers (and so imports torch and transformers): ``elmo --help``, ``elmo --version`` and a mistyped
-subcommand answer without that. A subcommand imports the package, then its module, which parses its own flags
-(``elmo SUBCOMMAND --help`` too) and runs.
+transformers (and so imports torch and transformers: seconds). ``elmo --help``, ``elmo --version``, a mistyped
+subcommand (with a suggestion), ``elmo SUBCOMMAND --help`` and a mistyped flag answer without that: each
+subcommand's flags are a module of ``elmo_flags`` (beside the package too), and the package is imported only once
+the flags parse.
 
 Subcommands (``elmo SUBCOMMAND --help`` for each), one module each in ``modeling_elmo/commands/`` with
-``add_arguments(parser)`` and ``run(args) -> int``; what they share is in ``commands/common.py`` (model, device and
-precision flags, errors, input checks, signals) and ``commands/output_files.py`` (publishing output files):
+``run(args) -> int`` and its flags in the module of the same name in ``elmo_flags/`` (``add_arguments(parser)``);
+what they share is in ``commands/common.py`` (model, device and precision checks, errors, input checks, signals)
+and ``commands/output_files.py`` (publishing output files):
 
 - ``elmo convert``: original ``options.json`` + HDF5 weights to a model folder (``commands/convert.py``).
 - ``elmo download``: a released model by name, downloaded and converted once (``commands/download.py``).
@@ -32,13 +34,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import importlib.util
 import inspect
 import os
 import sys
 
-# name: (module, what `elmo --help` says). Each module has add_arguments(parser) and run(args).
+from elmo_flags import new_parser
+
+# name: (module, what `elmo --help` says). Each module has run(args); its flags are elmo_flags' module of the same
+# name (flags_module), with add_arguments(parser).
 COMMANDS = {
     "convert": (
         "modeling_elmo.commands.convert",
@@ -110,19 +116,21 @@ def convert_input_problem(argv: list[str]) -> str | None:
 
 
 def import_package() -> None:
-    """Import ``modeling_elmo`` (which registers it with transformers) for a subcommand. The command's own output
-    leaves out transformers' notice that the package's class now serves the stock "token-classification" task: a
-    Python user sees it once, a command's user has nothing to do with it."""
-    if "modeling_elmo" in sys.modules:
-        return
-    from transformers.utils import logging as hf_logging
+    """Import ``modeling_elmo`` (which registers it with transformers, quietly) for a subcommand."""
+    importlib.import_module("modeling_elmo")
 
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        importlib.import_module("modeling_elmo")
-    finally:
-        hf_logging.set_verbosity(verbosity)
+
+def flags_module(command: str):
+    """The ``elmo_flags`` module of one of ``COMMANDS``: its ``add_arguments(parser)`` (light: no torch)."""
+    return importlib.import_module("elmo_flags." + COMMANDS[command][0].rpartition(".")[2])
+
+
+def unknown_command(name: str) -> int:
+    """``elmo NAME`` for a NAME that is no subcommand: a usage error, with the closest subcommand's name."""
+    close = difflib.get_close_matches(name, [*COMMANDS, *DELEGATED], n=1, cutoff=0.6)
+    hint = f": did you mean {close[0]!r}?" if close else ""
+    print(f"elmo: error: unknown subcommand {name!r}{hint} (elmo --help lists them)", file=sys.stderr)
+    return 2
 
 
 def _import_command(command: str, module_name: str):
@@ -152,6 +160,13 @@ def run_subcommand(command: str, argv: list[str]) -> int:
                 f"`elmo {command}` needs {', '.join(missing)} (the [train] extra): "
                 'pip install "modeling-elmo[train]" (from a checkout: pip install -e ".[train]")'
             )
+    args = None
+    if command in COMMANDS:  # the flags first: --help and usage errors without importing the package
+        add_arguments = flags_module(command).add_arguments
+        try:
+            args = new_parser(f"elmo {command}", add_arguments).parse_args(argv)
+        except SystemExit as exit_:
+            return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
     module_name = COMMANDS[command][0] if command in COMMANDS else DELEGATED[command][0]
     try:
         module = _import_command(command, module_name)
@@ -160,7 +175,7 @@ def run_subcommand(command: str, argv: list[str]) -> int:
     if command in COMMANDS:
         from modeling_elmo.commands.common import run_command
 
-        return run_command(module.add_arguments, module.run, argv, prog=f"elmo {command}")
+        return run_command(add_arguments, module.run, argv, prog=f"elmo {command}", args=args)
     main_function = getattr(module, "main", None)
     if main_function is None:
         return _error(f"{module_name} has no main(argv) function")
@@ -177,10 +192,11 @@ def run_subcommand(command: str, argv: list[str]) -> int:
 
 def build_parser(with_arguments: bool = True) -> argparse.ArgumentParser:
     """The ``elmo`` parser with a subparser per subcommand. ``with_arguments``: each of ``COMMANDS`` gets its flags
-    (this imports every command module, and so the package); without, only their names and one-line help, which is
-    all ``elmo --help`` shows."""
+    (from ``elmo_flags``: nothing heavy is imported); without, only their names and one-line help, which is all
+    ``elmo --help`` shows."""
     parser = argparse.ArgumentParser(
         prog="elmo",
+        allow_abbrev=False,
         description="ELMo from the command line: convert weights, embed text, compare words in context, train.",
         epilog=(
             "Without --model, embed and similar use the bundled demo model (a toy-sized biLM trained on "
@@ -190,12 +206,11 @@ def build_parser(with_arguments: bool = True) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="store_true", help="print the package version and exit")
     sub = parser.add_subparsers(dest="command", metavar="SUBCOMMAND")
-    for name, (module_name, help_text) in {**COMMANDS, **DELEGATED}.items():
+    for name, (_, help_text) in {**COMMANDS, **DELEGATED}.items():
         if with_arguments and name in COMMANDS:
-            subparser = sub.add_parser(name, help=help_text)
-            _import_command(name, module_name).add_arguments(subparser)
+            flags_module(name).add_arguments(sub.add_parser(name, help=help_text, allow_abbrev=False))
         else:
-            sub.add_parser(name, help=help_text, add_help=False)
+            sub.add_parser(name, help=help_text, add_help=False, allow_abbrev=False)
     return parser
 
 
@@ -205,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and (argv[0] in COMMANDS or argv[0] in DELEGATED):
             return run_subcommand(argv[0], argv[1:])
+        if argv and not argv[0].startswith("-"):
+            return unknown_command(argv[0])
         parser = build_parser(with_arguments=False)
         try:
             args = parser.parse_args(argv)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "modeling_elmo"
-COMMAND_LAYER = ("modeling_elmo.commands", "elmo_cli")
+COMMAND_LAYER = ("modeling_elmo.commands", "elmo_cli", "elmo_flags")
 
 
 def _is_command_layer(module: str) -> bool:
@@ -114,6 +114,8 @@ def package_modules() -> dict[str, Path]:
         parts = path.relative_to(ROOT).with_suffix("").parts
         modules[".".join(parts[:-1] if path.name == "__init__.py" else parts)] = path
     modules["elmo_cli"] = ROOT / "elmo_cli.py"
+    for path in sorted((ROOT / "elmo_flags").glob("*.py")):  # the subcommands' flags
+        modules["elmo_flags" if path.name == "__init__.py" else f"elmo_flags.{path.stem}"] = path
     return modules
 
 

@@ -14,6 +14,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = {
     "__init__.py",
+    "character_inputs_elmo.py",
     "characters.py",
     "checks_elmo.py",
     "configuration_elmo.py",
@@ -83,8 +84,9 @@ def test_wheel_installs_only_the_package(wheel):
     names = zipfile.ZipFile(path).namelist()
     top = {name.split("/")[0] for name in names}
     # No generic top-level modules (configuration_elmo.py, convert_original_weights.py are checkout entries); the
-    # `elmo` command's module lives beside the package, so that `elmo --help` does not import it.
-    assert {t for t in top if not t.endswith(".dist-info")} == {"modeling_elmo", "elmo_cli.py"}, top
+    # `elmo` command's module and its subcommands' flags live beside the package, so that `elmo --help` and
+    # `elmo SUBCOMMAND --help` do not import it.
+    assert {t for t in top if not t.endswith(".dist-info")} == {"modeling_elmo", "elmo_cli.py", "elmo_flags"}, top
     package = {name.split("/", 1)[1] for name in names if name.startswith("modeling_elmo/") and name.count("/") == 1}
     assert package == SHIPPED, package ^ SHIPPED
     demo = {Path(n).name for n in names if n.startswith("modeling_elmo/demo_models/demo_bilm/")}

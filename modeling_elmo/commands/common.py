@@ -17,6 +17,8 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 
+from elmo_flags import new_parser
+
 # What `--model` and `--device` accept without importing anything heavy. torch.device also takes "meta" (tensors
 # without data), "xla", "hpu"...: refused by name here rather than failing later with a traceback.
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
@@ -49,17 +51,19 @@ def run_command(
     run: Callable[[argparse.Namespace], int],
     argv: list[str] | None,
     prog: str,
+    args: argparse.Namespace | None = None,
 ) -> int:
-    """Parse ``argv`` with the flags of ``add_arguments`` and call ``run``; returns the exit code.
+    """Parse ``argv`` with the flags of ``add_arguments`` (a module of ``elmo_flags``) and call ``run``; returns the
+    exit code. ``args``: ``argv`` already parsed (``elmo_cli`` parses before it imports the package).
 
     0 success; 1 an error the message explains ([`CliError`], ``OSError``: ``error: ...`` on stderr); 2 bad usage
     (argparse's, or [`UsageError`]); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM, where the command unwinds
     it: see [`signals_unwind`]).
     """
-    parser = argparse.ArgumentParser(prog=prog)
-    add_arguments(parser)
+    parser = new_parser(prog, add_arguments)
     try:
-        args = parser.parse_args(argv)
+        if args is None:
+            args = parser.parse_args(argv)
         return run(args)
     except SystemExit as exit_:  # argparse's --help and usage errors
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
@@ -267,16 +271,6 @@ def _cpu_has_bfloat16_units() -> bool:
     if not torch.backends.mkldnn.is_available():
         return True
     return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-
-
-def add_precision_argument(parser: argparse.ArgumentParser) -> None:
-    """``--precision``, for the commands that embed text."""
-    parser.add_argument(
-        "--precision",
-        choices=["auto", "float32", "bfloat16", "int8"],
-        help="auto: the fastest precision whose error this CPU (or GPU) keeps within the documented bound, said on "
-        "stderr (docs/speed.md); or one by name (default: float32)",
-    )
 
 
 def check_precision_flags(args: argparse.Namespace) -> None:

@@ -23,6 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from elmo_flags import new_parser
+from elmo_flags.demo import add_arguments
+
 from .common import CliError, quiet_loading, run_command
 from .similar import DEFAULT_SIMILAR_WORD, SIMILAR_EXAMPLES, sense_summary, word_similarities
 
@@ -364,23 +367,7 @@ def launch(app, host: str = "127.0.0.1", port: int = 7860, **kwargs):
 
 
 def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog)
-    add_arguments(parser)
-    return parser
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "A web demo of ELMo in the browser (Gradio), served on this machine: word senses (similarity "
-        "heatmaps per layer), tagging (with --tagger) and fill-in-the-blank (for a model with an LM head)."
-    )
-    parser.add_argument("--model", help="model folder, Hub id or released name (default: the bundled demo model)")
-    parser.add_argument("--tagger", metavar="FOLDER", help="a tagger folder made by `elmo train-tagger`")
-    parser.add_argument("--port", type=int, default=7860, help="port to serve on (default: %(default)s)")
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to serve on (default: %(default)s, this machine only)"
-    )
-    parser.add_argument("--device", default="cpu", help="cpu (default), cuda, cuda:1, mps or auto")
+    return new_parser(prog, add_arguments)
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:

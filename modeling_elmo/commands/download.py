@@ -15,17 +15,14 @@ from __future__ import annotations
 import argparse
 import sys
 
+from elmo_flags.download import add_arguments
+
 from ..hub.download import (
     ALIASES,
-    BASE_URL_ENV,
-    CACHE_DIR_ENV,
-    DEFAULT_BASE_URL,
-    MIN_RATE_ENV,
     RELEASED_MODELS,
     download_released_model,
     lm_head_urls,
     model_urls,
-    released_model_names,
 )
 from ..hub.download_manylangs import list_models
 from .common import UsageError, run_command
@@ -43,31 +40,6 @@ def _list_models(base_url: str | None) -> str:
         lines.append(f"{'':<{width}}  {model_urls(name, base_url)[1]}")
         lines.extend(f"{'':<{width}}  {url}" for url in lm_head_urls(name, base_url) or ())
     return "\n".join(lines)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "Download a released ELMo model from AllenNLP (options.json + HDF5 weights), check it, convert it once "
-        "into the cache, and print the folder (which --model, from_pretrained and the training commands take). "
-        "An interrupted download resumes; a second call uses the cache without any request."
-    )
-    parser.epilog = (
-        f"Names: {', '.join(released_model_names())}. Environment: {CACHE_DIR_ENV} (cache folder), "
-        f"{BASE_URL_ENV} (a mirror of {DEFAULT_BASE_URL}), {MIN_RATE_ENV} (bytes/s a download must average over "
-        "each minute, default 1024, 0 for none), HF_HUB_OFFLINE=1 (cache only)."
-    )
-    parser.add_argument(
-        "name",
-        nargs="?",
-        help="released model: small, medium, original, original-5.5B, pubmed, pt; with the LM softmax: original-lm, "
-        "original-5.5B-lm; or an ELMoForManyLangs language by ISO code or English name (de, German, manylangs-pt...)",
-    )
-    parser.add_argument("--list", action="store_true", help="list the released models and their URLs")
-    parser.add_argument("--cache_dir", "--cache-dir", help=f"cache folder (default: ${CACHE_DIR_ENV} or HF_HOME's)")
-    parser.add_argument("--base_url", "--base-url", help=f"where the files are (default: ${BASE_URL_ENV} or AllenNLP)")
-    parser.add_argument("--force", action="store_true", help="download and convert again even if cached")
-    parser.add_argument("--disable_tqdm", action="store_true", help="no progress bars (transformers' flag name)")
-    parser.add_argument("--no_progress", action="store_true", help=argparse.SUPPRESS)  # the first spelling
 
 
 def run(args: argparse.Namespace) -> int:

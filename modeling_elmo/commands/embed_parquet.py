@@ -9,9 +9,14 @@ shards (``RANK``/``WORLD_SIZE``) and talks to no other.
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib.util
+import json
 import os
+import re
 import sys
+
+from elmo_flags.embed import DATASET_FLAGS
 
 from .common import (
     CliError,
@@ -38,53 +43,8 @@ BUILDERS = {
     ".arrow": "arrow",
 }
 
-# The flags of the dataset path only (without a default): any of them turns it on (and then needs --output_dir).
-DATASET_FLAGS = ("dataset_name", "train_file", "data_files", "dataset_config_name", "text_column", "tokens_column",
-                 "words_column", "cache_dir")  # fmt: skip
-
-EPILOG = """Dataset input, Parquet output (--output_dir): the split --split (default train) of --dataset_name (a Hub
-dataset, with --dataset_config_name; or a folder saved by Dataset.save_to_disk), or of local files (--train_file
-FILE or --data_files FILE...: .txt (one row per line), .csv, .tsv, .json, .jsonl, .parquet), embedded row by row
-from --text_column (raw strings, split by the model's tokenizer as above) or --tokens_column (lists of words), into
-DIR/SPLIT-00000-of-0000N.parquet, --shard_size rows each: the input's columns plus --column (default elmo;
-float32, or --vector_dtype float16; output_type all is stored words first, (words, L + 1, 2P)). DIR/elmo_embed.json
-records the model (config, weights and tokenizer digests), the output type and the shard plan; a run into a
-folder that differs is refused. DIR/README.md (written when all shards are there) holds the dataset_info:
-datasets.load_dataset("parquet", data_dir=DIR) or load_dataset(DIR) reads the folder. A shard is written as
-.NAME.tmp and renamed when complete: the same command again skips the complete shards and redoes the others.
-Several processes or machines: torchrun --nproc_per_node N -m elmo_cli embed --dataset_name ... --output_dir DIR
-(or accelerate launch): process RANK writes the shards i with i % WORLD_SIZE == RANK; nothing is merged."""
-
-
-def add_dataset_arguments(group) -> None:
-    """The flags of the dataset input and the Parquet output (``--output_dir`` turns this path on)."""
-    group.add_argument(
-        "--dataset_name", metavar="NAME", help="a Hub dataset id, or a folder saved by Dataset.save_to_disk"
-    )
-    group.add_argument("--dataset_config_name", help="the Hub dataset's configuration (e.g. wikitext-2-raw-v1)")
-    group.add_argument("--split", default="train", help="the split to embed (default: %(default)s; e.g. train[:1%%])")
-    group.add_argument("--train_file", metavar="FILE", help="a local .txt, .csv, .tsv, .json, .jsonl or .parquet file")
-    group.add_argument("--data_files", nargs="+", metavar="FILE", help="several local files (or globs), one kind")
-    group.add_argument("--cache_dir", help="where datasets keeps downloads and prepared splits (default: its own)")
-    columns = group.add_mutually_exclusive_group()
-    columns.add_argument("--text_column", help="the column of raw strings (default: text, if there is one)")
-    columns.add_argument("--tokens_column", help="or the column of lists of words, embedded as they are")
-    group.add_argument("--output_dir", metavar="DIR", help="the folder of Parquet shards to write (or to finish)")
-    group.add_argument("--shard_size", type=int, default=4096, help="rows per shard (default: %(default)s)")
-    group.add_argument("--column", default="elmo", help="the name of the vectors' column (default: %(default)s)")
-    group.add_argument(
-        "--vector_dtype",
-        choices=["float32", "float16"],
-        default="float32",
-        help="how the vectors are stored (float16: half the disk; default: %(default)s)",
-    )
-    group.add_argument("--words_column", help="with --text_column: also store each row's words under this name")
-    group.add_argument(
-        "--chunk_size",
-        type=int,
-        default=4096,
-        help="rows sorted by length and cached together, from each shard's start (default: %(default)s)",
-    )
+# A split, optionally sliced as `datasets` slices one: train, validation, train[:1000], train[10%:20%].
+SPLIT = re.compile(r"\w+(\.\w+)*(\[[^\[\]]*\])?")
 
 
 def wants_dataset(args: argparse.Namespace) -> bool:
@@ -126,6 +86,106 @@ def check_flags(args: argparse.Namespace) -> None:
             raise UsageError(f"--{name} must be positive, got {getattr(args, name)}")
     if args.dataset_name is None and args.dataset_config_name is not None:
         raise UsageError("--dataset_config_name goes with --dataset_name")
+    if not SPLIT.fullmatch(args.split):
+        raise UsageError(
+            f"--split {args.split!r}: give a split's name, optionally sliced (train, validation, train[:1000], "
+            "train[10%:20%])"
+        )
+    for flag in ("column", "words_column"):
+        value = getattr(args, flag)
+        if value is not None and not value.strip():
+            raise UsageError(f"--{flag} must name the new column, got {value!r}")
+
+
+def _glob_regex(pattern: str) -> re.Pattern:
+    """The paths a glob pattern of `datasets`' data files matches: ``*`` within a folder, ``**`` across folders."""
+    parts, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            parts.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            parts.append(".*")
+            i += 2
+        elif pattern[i] in "*?":
+            parts.append("[^/]*" if pattern[i] == "*" else "[^/]")
+            i += 1
+        elif pattern[i] == "[" and "]" in pattern[i + 1 :]:
+            end = pattern.index("]", i + 1)
+            parts.append("[" + re.escape(pattern[i + 1 : end]).replace("\\-", "-") + "]")
+            i = end + 1
+        else:
+            parts.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(parts))
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def check_layout(args: argparse.Namespace) -> None:
+    """[`CliError`] for an output folder that the input reads: inside the input folder, holding an input file, or
+    matched by a data files pattern. A rerun would read the shards as input rows."""
+    if not args.output_dir:
+        return
+    out = os.path.realpath(args.output_dir)
+    clash = None
+    if args.dataset_name is not None and os.path.isdir(args.dataset_name):
+        if _inside(out, os.path.realpath(args.dataset_name)):
+            clash = f"inside the input folder --dataset_name {args.dataset_name}"
+    shard = os.path.join(out, "train-00000-of-00001.parquet")
+    for pattern in [args.train_file] if args.train_file is not None else list(args.data_files or []):
+        if any(_inside(os.path.realpath(p), out) for p in glob.glob(pattern, recursive=True)):
+            clash = f"where the input {pattern} is"
+        elif any(ch in pattern for ch in "*?[") and _glob_regex(os.path.realpath(pattern)).fullmatch(shard):
+            clash = f"where the input pattern {pattern} would find the shards"
+    if clash is not None:
+        raise CliError(
+            f"--output_dir {args.output_dir} is {clash}: the next run would read the shards as input; choose an "
+            "output folder outside the input"
+        )
+
+
+def _slice(dataset, split: str, what: str):
+    """The rows of ``dataset`` (one split) that ``split``'s slice names (``train[:100]``): as `datasets` slices."""
+    import datasets
+
+    from ..inference.parquet_shards import split_name
+
+    if "[" not in split:
+        return dataset
+    try:
+        (instruction,) = datasets.ReadInstruction.from_spec(split).to_absolute({split_name(split): len(dataset)})
+    except (ValueError, AssertionError) as err:
+        raise CliError(f"{what}: cannot take --split {split}: {err}") from err
+    return dataset.select(range(instruction.from_, instruction.to))
+
+
+def _load_saved(folder: str, split: str):
+    """A folder of ``save_to_disk``: its ``Dataset`` (read as ``split``), or the split of its ``DatasetDict``,
+    sliced as ``split`` says. [`CliError`] for a missing split, a dataset of no rows, or a folder that cannot be
+    read."""
+    import datasets
+
+    from ..inference.parquet_shards import split_name
+
+    what = f"--dataset_name {folder}"
+    name = split_name(split)
+    try:
+        if os.path.exists(os.path.join(folder, "dataset_dict.json")):
+            with open(os.path.join(folder, "dataset_dict.json"), encoding="utf-8") as f:
+                splits = json.load(f)["splits"]
+            if name not in splits:
+                raise CliError(f"{what} has no split {name!r}: its splits are {', '.join(splits)} (--split)")
+            folder = os.path.join(folder, name)
+        with open(os.path.join(folder, "state.json"), encoding="utf-8") as f:
+            if not json.load(f).get("_data_files"):  # `datasets` cannot load a saved dataset of no rows
+                raise CliError(f"{what} (split {name}): the dataset has no rows: nothing to embed")
+        loaded = datasets.load_from_disk(folder)
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+        raise CliError(f"{what}: cannot load the saved dataset ({err})") from err
+    return _slice(loaded, split, what)
 
 
 def _builder(files: list[str]) -> str:
@@ -141,8 +201,6 @@ def _builder(files: list[str]) -> str:
 
 def load_input(args: argparse.Namespace):
     """The split to embed, as a ``datasets.Dataset``, and the description of its source for the metadata."""
-    import datasets
-
     if args.dataset_name is not None:
         source = {"dataset_name": args.dataset_name, "dataset_config_name": args.dataset_config_name}
         source["split"] = args.split
@@ -150,18 +208,7 @@ def load_input(args: argparse.Namespace):
             os.path.exists(os.path.join(args.dataset_name, name)) for name in ("state.json", "dataset_dict.json")
         )
         if saved:
-            try:
-                loaded = datasets.load_from_disk(args.dataset_name)
-            except (OSError, ValueError) as err:
-                raise CliError(f"--dataset_name {args.dataset_name}: cannot load the saved dataset ({err})") from err
-            if isinstance(loaded, datasets.DatasetDict):
-                if args.split not in loaded:
-                    raise CliError(
-                        f"--dataset_name {args.dataset_name} has no split {args.split!r}: its splits are "
-                        f"{', '.join(loaded)} (--split)"
-                    )
-                loaded = loaded[args.split]
-            return loaded, source
+            return _load_saved(args.dataset_name, args.split), source
         return _load(
             args.dataset_name, source, args.split, name=args.dataset_config_name, cache_dir=args.cache_dir
         ), source
@@ -170,10 +217,13 @@ def load_input(args: argparse.Namespace):
         if not any(ch in pattern for ch in "*?[") and not os.path.isfile(pattern):
             what = "is a folder (give its files, or --dataset_name FOLDER)" if os.path.isdir(pattern) else "not found"
             raise CliError(f"input file {pattern} {what}")
-    source = {"data_files": [os.path.abspath(f) for f in files]}
+    source = {"data_files": [os.path.abspath(f) for f in files], "split": args.split}
     builder = _builder(files)
     tabs = {"sep": "\t"} if all(f.removesuffix(".gz").lower().endswith(".tsv") for f in files) else {}
-    return _load(builder, source, "train", data_files=files, cache_dir=args.cache_dir, **tabs), source
+    from ..inference.parquet_shards import split_name
+
+    files_of_split = {split_name(args.split): files}  # the files are the split --split names (sliced as it says)
+    return _load(builder, source, args.split, data_files=files_of_split, cache_dir=args.cache_dir, **tabs), source
 
 
 def _load(path: str, source: dict, split: str, **kwargs):
@@ -206,9 +256,10 @@ def run(args: argparse.Namespace) -> int:
     ``OSError`` (a failed write: ``ShardWriteError``)."""
     from ..inference.embed_corpus import DEPRECATED_OUTPUTS
     from ..inference.embed_dataset import DatasetInputError, check_input
-    from ..inference.parquet_shards import ShardFolderError, process_rank_and_world, write_shards
+    from ..inference.parquet_shards import ShardFolderError, check_folder, process_rank_and_world, write_shards
 
     check_flags(args)
+    check_layout(args)
     if importlib.util.find_spec("datasets") is None:
         raise CliError(
             '`elmo embed --output_dir` needs datasets (the [train] extra): pip install "modeling-elmo[train]" '
@@ -228,6 +279,10 @@ def run(args: argparse.Namespace) -> int:
     check_device_name(args.device)
     check_model_name(args.model)
     check_precision_flags(args)
+    try:
+        check_folder(args.output_dir)  # a folder of the user's files, a dangling link...: before anything loads
+    except ShardFolderError as err:
+        raise CliError(str(err)) from err
     if args.disable_tqdm:
         import datasets
 
@@ -257,7 +312,9 @@ def run(args: argparse.Namespace) -> int:
                 rank=rank, world=world, progress=not args.disable_tqdm and local_rank == 0,
                 model_name=describe_model(args.model), precision=args.quantize or args.dtype, source=source, log=log,
             )  # fmt: skip
-        except (DatasetInputError, ShardFolderError) as err:
+        except DatasetInputError as err:  # found as the rows are read (a None value)
+            raise CliError(f"{_describe(source)}: {err}") from err
+        except ValueError as err:  # ShardFolderError: the folder
             raise CliError(str(err)) from err
     skipped = f"; skipped {len(result.skipped)} complete shard{'s' * (len(result.skipped) != 1)}"
     print(

@@ -24,50 +24,13 @@ import sys
 from collections.abc import Iterator
 from typing import TextIO
 
+from elmo_flags.score import add_arguments
+
 from .common import CliError, UsageError, check_text_line, quiet_loading, resolve_device, run_command, scan_text_file
-from .output_files import check_output, writing
+from .output_files import check_output, model_files, writing
 
 COMMAND = "score"
 PROG = "elmo score"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "Score sentences with the biLM's language model (its released softmax): per line of FILE, one JSON "
-        "object with forward_logprob (the words and </S>, each given the words before, from <S>), "
-        "backward_logprob (the mirror image, down to <S>), natural logs, and perplexity = "
-        "exp(-(forward_logprob + backward_logprob) / (2 (n + 1))) for n words. Words outside the vocabulary "
-        "count as <UNK>."
-    )
-    parser.add_argument("input", help="UTF-8 text, one sentence per line: a file, a pipe, or - for stdin")
-    parser.add_argument(
-        "--model",
-        required=True,
-        help="a folder converted with --softmax_weight_file, original-lm / original-5.5B-lm (downloaded once), or "
-        "demo (the bundled toy biLM, once its softmax ships: modeling_elmo/demo_models/demo_softmax)",
-    )
-    parser.add_argument(
-        "-o",
-        "--output",
-        help="write the JSON lines to this file, published when complete (default: stdout); never the input",
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
-    parser.add_argument("--tokenized", action="store_true", help="lines are tokenized: split on whitespace only")
-    parser.add_argument(
-        "--stateful",
-        action="store_true",
-        help="carry the LSTM states from batch to batch, row by row (as AllenNLP's biLM); default stateless",
-    )
-    parser.add_argument("--batch_size", type=int, default=32, help="sentences per batch (default: %(default)s)")
-    parser.add_argument(
-        "--softmax_dtype",
-        choices=["float32", "bfloat16", "float16"],
-        default="float32",
-        help="dtype of the softmax products (log-sum-exp sums stay float32; see docs/language-model.md for the "
-        "measured error; default: %(default)s)",
-    )
-    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1, mps")
-    parser.add_argument("--disable_tqdm", action="store_true", help="no progress bar")
 
 
 def _check_input(path: str) -> int | None:
@@ -129,13 +92,14 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--overwrite needs -o/--output FILE")
     total = _check_input(args.input)  # before the model loads and before the output is touched
     if args.output is not None:
-        check_output(args.output, args.overwrite, inputs=[args.input])
+        check_output(args.output, args.overwrite, inputs=[args.input, *model_files(args.model)])
     device = resolve_device(args.device)
     source = "stdin" if args.input == "-" else args.input
     with contextlib.ExitStack() as stack:
         out = sys.stdout
         if args.output is not None:  # closed before it is published: the stack unwinds in reverse
-            temp = stack.enter_context(writing(args.output, COMMAND, args.overwrite, inputs=[args.input]))
+            inputs = [args.input, *model_files(args.model)]
+            temp = stack.enter_context(writing(args.output, COMMAND, args.overwrite, inputs=inputs))
             out = stack.enter_context(open(temp, "w", encoding="utf-8"))
         scorer = _load(args, device)
         if args.input == "-":

@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-from typing import NamedTuple
+
+from elmo_flags.similar import DEFAULT_SIMILAR_WORD, SIMILAR_EXAMPLES, SimilarExample
 
 from .common import (
     CliError,
-    add_precision_argument,
     check_device_name,
     check_model_name,
     check_precision_flags,
@@ -23,69 +23,9 @@ from .common import (
     resolve_device,
     resolve_precision,
 )
-from .output_files import check_output, writing
+from .output_files import check_output, model_files, writing
 
 COMMAND = "similar"
-
-
-class SimilarExample(NamedTuple):
-    """Built-in sentences for ``elmo similar --word WORD``: two per sense, the first sense's first."""
-
-    senses: tuple[str, str]
-    sentences: tuple[str, str, str, str]
-
-
-# The first two sentences of each sense in benchmarks/pick_demo_word.py (its "display set"). The default word is the
-# one whose senses the demo biLM separates best on that script's held-out sentences (see its output in the README);
-# "bank" is the classic example, which a converted ELMo separates but the toy demo biLM does not.
-SIMILAR_EXAMPLES = {
-    "record": SimilarExample(
-        ("noun", "verb"),
-        (
-            "The album set a record for sales in its first week .",
-            "He broke the world record in the long jump .",
-            "They went to London to record their second album .",
-            "The band began to record new songs in March .",
-        ),
-    ),
-    "bank": SimilarExample(
-        ("river", "money"),
-        (
-            "He sat on the bank of the river and watched the water .",
-            "The boat drifted to the muddy bank of the river .",
-            "She went to the bank to open an account .",
-            "The bank raised the interest rate on its loans .",
-        ),
-    ),
-}
-DEFAULT_SIMILAR_WORD = "record"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = (
-        "Print the cosine similarities of WORD's contextual vectors across sentences: the same word gets "
-        "different ELMo vectors in different contexts. Without sentences, compares WORD in two sentences of "
-        f"each of two senses, built in for {' and '.join(repr(w) for w in SIMILAR_EXAMPLES)} (default: "
-        f"{DEFAULT_SIMILAR_WORD!r}, the word whose senses the demo model separates best, measured by "
-        "benchmarks/pick_demo_word.py; with a converted ELMo, try --word bank), and prints the mean "
-        "similarity within and across senses."
-    )
-    parser.add_argument(
-        "sentences", nargs="*", help="two or more sentences that contain WORD (default: the built-in examples)"
-    )
-    parser.add_argument("--word", help=f"the word to compare (default: {DEFAULT_SIMILAR_WORD})")
-    parser.add_argument(
-        "--layer", default="top", help="top (default), elmo (the scalar mix) or a layer number 0..L (0: characters)"
-    )
-    parser.add_argument("--model", help="model folder or Hub id (default: the bundled demo model)")
-    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, mps")
-    parser.add_argument(
-        "--plot",
-        metavar="FILE",
-        help="also draw the similarity heatmap into FILE; its extension names the format (.png, .svg, .pdf...)",
-    )
-    parser.add_argument("--overwrite", action="store_true", help="with --plot: replace an existing FILE")
-    add_precision_argument(parser)
 
 
 def word_similarities(model, tokenizer, sentences: list[str], word: str, layer: int | str):
@@ -147,10 +87,11 @@ def sense_summary(example: SimilarExample, sim) -> str:
     )
 
 
-def check_plot_file(path: str, overwrite: bool) -> None:
-    """[`CliError`] for a ``--plot`` FILE that cannot be written (see ``output_files.check_output``), whose extension
-    names no image format matplotlib writes (the message lists them), or when matplotlib is missing."""
-    check_output(path, overwrite, flag="--plot")
+def check_plot_file(path: str, overwrite: bool, model: str | None = None) -> None:
+    """[`CliError`] for a ``--plot`` FILE that cannot be written (see ``output_files.check_output``; nor one of the
+    files of ``model``, the ``--model``), whose extension names no image format matplotlib writes (the message lists
+    them), or when matplotlib is missing."""
+    check_output(path, overwrite, model_files(model), flag="--plot")
     if importlib.util.find_spec("matplotlib") is None:
         raise CliError('--plot needs matplotlib: pip install matplotlib (or pip install "modeling-elmo[demo]")')
     from matplotlib.backend_bases import FigureCanvasBase
@@ -181,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     check_device_name(args.device)
     check_precision_flags(args)
     if args.plot:  # before the model loads
-        check_plot_file(args.plot, args.overwrite)
+        check_plot_file(args.plot, args.overwrite, args.model)
     device = resolve_device(args.device)
     resolve_precision(args, device)
     tokenizer, model = load_model(args.model, device, args.dtype, args.quantize)
@@ -216,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
 
         # plots takes the format from the name's extension: the temporary name ends with the plot's
         extension = os.path.splitext(args.plot)[1]
-        with writing(args.plot, COMMAND, args.overwrite, suffix=extension, flag="--plot") as temp:
+        inputs = model_files(args.model)
+        with writing(args.plot, COMMAND, args.overwrite, inputs, suffix=extension, flag="--plot") as temp:
             try:
                 save_similarity_plot(temp, word, labels, sim, layer_name)
             except (ValueError, RuntimeError) as err:  # e.g. .pgf without LaTeX

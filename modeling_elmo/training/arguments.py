@@ -110,6 +110,7 @@ class ElmoArgumentParser(HfArgumentParser):
         short_help: Collection[str] | None = None,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # --train_fil is an error, not --train_file
         super().__init__(list(dataclass_types), prog=prog, description=description, **kwargs)
         self.deprecated = dict(deprecated or {})
         self.hidden_in_help: list[argparse.Action] = []

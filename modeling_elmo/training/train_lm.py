@@ -42,7 +42,7 @@ from ..hub.model_card import hub_model_id, metric_results, write_model_card
 from ..hub.remote_code import remote_code
 from ..modeling_elmo_pretraining import ElmoForPreTraining
 from ..tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
-from .arguments import ElmoArgumentParser
+from .arguments import COMMON_TRAINING_ARGUMENTS, ElmoArgumentParser
 from .checkpoints import checkpoint_problem, newest_complete_checkpoint
 from .checks import MAX_SEED, POSITIVE, check_fraction, check_numbers
 from .distributed import finish_distributed
@@ -383,6 +383,7 @@ def build_parser(prog: str = PROG) -> ElmoArgumentParser:
         "Every transformers TrainingArguments option works under its own name; a single JSON or YAML file may hold "
         "all options (elmo train-lm run.json).",
         deprecated=DEPRECATED_FLAGS,
+        short_help=COMMON_TRAINING_ARGUMENTS,
     )
 
 
