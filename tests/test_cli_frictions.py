@@ -16,7 +16,7 @@ import torch
 from helpers import TINY_SIZES
 
 import elmo_cli as cli
-from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, demo_model_path
 from modeling_elmo.commands import common
 from modeling_elmo.hub.download import close_released_name
 
@@ -195,10 +195,15 @@ def test_train_tagger_is_quiet_and_draws_its_final_bar_once(tagger_files):
     done = _elmo(
         "train-tagger", "--model_name_or_path", "bilm", "--train_file", "train.txt", "--output_dir", "out",
         "--eval_file", "train.txt", "--max_steps", "3", "--hidden_size", "8", "--num_layers", "1", "--word_dim", "8",
+        "--eval_strategy", "steps", "--eval_steps", "2",
         cwd=tagger_files["root"],
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "not sharded" not in done.stderr and "LOAD REPORT" not in done.stderr
+    # Each metrics line has a line of its own, also the evaluation's in the middle of training, whose bar used to
+    # leave its cursor-up escape (and the bar) in front of it (issue 44 F7).
+    metrics = [line for line in done.stderr.splitlines() if "'eval_loss'" in line]
+    assert len(metrics) == 2 and all(line.startswith("{") for line in metrics), metrics
     drawn = [part for part in re.split(r"[\r\n]", done.stderr) if re.search(r"\b100%\|.*\| 3/3 \[", part)]
     assert len(drawn) == 1, drawn
     summary = next(i for i, line in enumerate(done.stderr.splitlines()) if "'train_runtime'" in line)
@@ -219,3 +224,43 @@ def test_train_lm_draws_its_final_bar_once(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     drawn = [part for part in re.split(r"[\r\n]", done.stderr) if re.search(r"\b100%\|.*\| 3/3 \[", part)]
     assert len(drawn) == 1, drawn
+
+
+# ---------------------------------------------------------------------------------------------------- issue 44 F7
+
+
+def test_train_lm_help_is_short_and_help_all_lists_everything():
+    """``elmo train-lm --help`` was 719 lines; like train-tagger's, it lists the common TrainingArguments, and
+    ``--help-all`` all of them."""
+    pytest.importorskip("datasets")
+    from modeling_elmo.training import train_lm
+
+    parser = train_lm.build_parser("elmo train-lm")
+    short, everything = parser.format_help(), parser.format_help(everything=True)
+    assert "--help-all" in short and "--learning_rate" in short and "--max_steps" in short
+    assert "--label_smoothing_factor" not in short and "--label_smoothing_factor" in everything  # a rare one
+    assert len(short.splitlines()) < 0.5 * len(everything.splitlines())
+
+
+def test_score_help_names_the_shipped_demo_softmax():
+    import argparse
+
+    from elmo_flags import score
+
+    parser = argparse.ArgumentParser(prog="elmo score")
+    score.add_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    assert "once its softmax ships" not in text and "demo (the bundled toy biLM and its softmax" in text
+
+
+@pytest.mark.parametrize(("rows", "shard_size", "said"), [(3, 10, "3 rows in 1 shard;"), (3, 2, "3 rows in 2 shards;")])
+def test_the_dataset_card_counts_in_the_singular_and_plural(tmp_path, rows, shard_size, said):
+    datasets = pytest.importorskip("datasets")
+    from modeling_elmo.inference.parquet_shards import write_shards
+
+    folder = demo_model_path()
+    model, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+    dataset = datasets.Dataset.from_dict({"text": ["A cat sat .", "Dogs run .", "Hi ."][:rows]})
+    write_shards(model, tokenizer, dataset, str(tmp_path / "out"), shard_size=shard_size, progress=False)
+    card = (tmp_path / "out" / "README.md").read_text(encoding="utf-8")
+    assert said in card, card

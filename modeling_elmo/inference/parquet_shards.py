@@ -10,7 +10,9 @@ The folder, for a split ``train`` of 10,000 rows in shards of 4,096:
 - ``train-00000-of-00003.parquet``, ``train-00001-of-00003.parquet``, ``train-00002-of-00003.parquet``: the rows
   ``[0, 4096)``, ``[4096, 8192)``, ``[8192, 10000)``, with the input's columns and the ELMo column (the features of
   [`embed_dataset`], kept in each file's schema, where `datasets` reads them). Each file's schema also holds
-  ``elmo_embed``: its shard number, its rows and a SHA-256 of its input texts.
+  ``elmo_embed``: its shard number, its rows, a SHA-256 of its input texts and one of the run's settings (the
+  model's digests, the output type, the plan: those of ``elmo_embed.json``), so that a shard of another run is
+  never taken for one of this run.
 - ``elmo_embed.json``: what the folder holds and must keep holding: the model's identity ([`model_identity`]:
   config, weights and tokenizer digests), the output type, the vectors' dtype, the column names, the features and
   the shard plan (rows, shard size, number of shards). A run into a folder whose file differs in any of these is
@@ -18,10 +20,14 @@ The folder, for a split ``train`` of 10,000 rows in shards of 4,096:
 - ``README.md``: a dataset card whose YAML holds ``dataset_info`` (features, number of rows) and ``configs`` (the
   files of the split), written once every shard is there: ``load_dataset(FOLDER)`` reads it.
 
-A shard is written under the hidden name ``.NAME.tmp`` and renamed into place (``os.replace``) when complete, so
-a shard that exists is complete. A rerun skips the shards that exist (after checking that their rows and input
-are the same) and rewrites the others. A failed write (a full disk) removes the shard's temporary file and leaves
-the complete shards as they are.
+The folder is new or empty at the first run (a folder of the user's files is refused, so that no file the run did
+not write is ever replaced), or an earlier run's (its ``elmo_embed.json``). A shard is written under the hidden
+name ``.NAME.tmp`` and, when complete, renamed to the hidden name ``.NAME`` (``os.replace``): `datasets` skips
+hidden files, so ``load_dataset("parquet", data_dir=FOLDER)`` finds no rows in a folder whose run is not done,
+instead of some of them. Once every shard is complete, they get their names ``NAME`` and the card is written. A
+rerun skips the complete shards (after checking that their rows, input and run are the same; a damaged one is
+named in an error) and writes the others. A failed write (a full disk) removes the shard's temporary file and
+leaves the complete shards as they are.
 
 Several processes (``torchrun``, ``accelerate launch``, on one machine or many): process ``RANK`` of
 ``WORLD_SIZE`` takes the shards ``i`` with ``i % WORLD_SIZE == RANK``; no process waits for or talks to another,
@@ -46,15 +52,17 @@ from dataclasses import dataclass, field
 
 from transformers.utils import logging
 
-from .embed_dataset import BatchEmbedder, DatasetInputError, check_input, model_identity
+from .embed_dataset import BatchEmbedder, DatasetInputError, check_input, check_positive, model_identity
 from .hdf5_file import EmbeddingFileError, remove_file
 
 logger = logging.get_logger(__name__)
 
 METADATA_NAME = "elmo_embed.json"
 CARD_NAME = "README.md"
+# What the card says of itself: a README.md without it is the user's, never replaced.
+CARD_MARK = "written by `elmo embed` (modeling_elmo)"
 FORMAT = "modeling_elmo parquet shards"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: complete shards stay hidden until the folder is complete, and carry the run's digest
 # The shard's own entry in its Parquet schema's key-value metadata (beside `datasets`' "huggingface").
 SHARD_KEY = b"elmo_embed"
 # Row groups of at most this many bytes of vectors (readers load a row group at a time).
@@ -96,6 +104,10 @@ class ShardPlan:
     def name(self, index: int) -> str:
         """The file name, in the Hub's pattern (`datasets` reads the split from it)."""
         return f"{self.split}-{index:05d}-of-{self.num_shards:05d}.parquet"
+
+    def hidden_name(self, index: int) -> str:
+        """The name of a complete shard until every shard is complete (`datasets` does not read hidden files)."""
+        return "." + self.name(index)
 
     def owned_by(self, rank: int, world: int) -> list[int]:
         """The shards process ``rank`` of ``world`` writes."""
@@ -188,9 +200,23 @@ def differences(old: dict, new: dict) -> list[str]:
     return found
 
 
+def _link_new(source: str, path: str) -> bool:
+    """Give the file ``source`` the name ``path`` too, never replacing a file there (``os.link`` fails then; where
+    the file system has no hard links, a check and a rename); returns whether ``path`` was created."""
+    try:
+        os.link(source, path)
+    except FileExistsError:
+        return False
+    except OSError:  # no hard links here
+        if os.path.lexists(path):
+            return False
+        os.rename(source, path)
+    return True
+
+
 def _write_atomically(path: str, text: str, replace: bool = True) -> bool:
     """Write ``text`` to ``path`` through a temporary file and a rename. ``replace=False``: never replace a file
-    that exists (``os.link`` fails then); returns whether this call created ``path``."""
+    that exists; returns whether this call created ``path``."""
     folder, name = os.path.split(path)
     temp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
     try:
@@ -201,37 +227,75 @@ def _write_atomically(path: str, text: str, replace: bool = True) -> bool:
         if replace:
             os.replace(temp, path)
             return True
-        try:
-            os.link(temp, path)
-        except FileExistsError:
-            return False
-        return True
+        return _link_new(temp, path)
     except OSError as err:
         raise ShardWriteError(f"could not write {path}: {err.strerror or err} (errno {err.errno})") from err
     finally:
-        remove_file(temp)
+        with contextlib.suppress(OSError):  # (a read-only file system refuses even to remove what is not there)
+            remove_file(temp)
+
+
+# The temporary name of elmo_embed.json while a process of this run writes it (see _write_atomically).
+_METADATA_TEMP = re.compile(rf"\.{re.escape(METADATA_NAME)}\.[0-9]+\.tmp")
+
+
+def check_folder(output_dir: str) -> None:
+    """[`ShardFolderError`] for a name that cannot be the output folder (empty, a file, a dangling symbolic link), or
+    a folder that is not empty and is not one of `elmo embed --output_dir` (no ``elmo_embed.json``): files of the
+    user's, which the shards and the card must not mix with or replace. Creates nothing."""
+    _check_output_dir(output_dir, create=False)
+    if os.path.isdir(output_dir):
+        _check_strangers(output_dir)
+
+
+def _check_strangers(output_dir: str) -> bool:
+    """[`ShardFolderError`] if ``output_dir`` holds files but no ``elmo_embed.json``; returns whether it is empty
+    (the temporary file of ``elmo_embed.json`` that another process of this run writes aside)."""
+    if os.path.exists(os.path.join(output_dir, METADATA_NAME)):
+        return False
+    strangers = sorted(n for n in os.listdir(output_dir) if n != METADATA_NAME and not _METADATA_TEMP.fullmatch(n))
+    if strangers and not os.path.exists(os.path.join(output_dir, METADATA_NAME)):  # (else: another process began)
+        raise ShardFolderError(
+            f"{output_dir} is not empty ({', '.join(strangers[:3])}{', ...' if len(strangers) > 3 else ''}) and "
+            f"is not a folder of `elmo embed --output_dir` (it has no {METADATA_NAME}): the shards and the card "
+            "must not mix with, or replace, files that this command did not write. Give a new or empty folder"
+        )
+    return not strangers
+
+
+def _check_output_dir(output_dir: str, create: bool = True) -> None:
+    """[`ShardFolderError`] for a name that cannot be the output folder; creates the folder if missing."""
+    if not output_dir:
+        raise ShardFolderError("the output folder's name is empty: give a folder (--output_dir DIR)")
+    if os.path.islink(output_dir) and not os.path.exists(output_dir):
+        raise ShardFolderError(
+            f"{output_dir} is a symbolic link to {os.readlink(output_dir)}, which does not exist: create that "
+            "folder, or give another output folder"
+        )
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise ShardFolderError(f"{output_dir} exists and is not a folder: give a new or empty folder")
+    if not create:
+        return
+    try:
+        os.makedirs(output_dir, exist_ok=True)
+    except OSError as err:
+        raise ShardFolderError(f"cannot create the output folder {output_dir}: {err.strerror or err}") from None
 
 
 def open_folder(output_dir: str, metadata: dict) -> None:
     """Create ``output_dir`` with ``metadata`` as its ``elmo_embed.json``, or check that the one there agrees.
 
     Raises:
-        ShardFolderError: the folder's file differs (each difference named), or the folder holds Parquet files
-            but no ``elmo_embed.json``.
+        ShardFolderError: the folder's file differs (each difference named); the folder is not empty and holds no
+            ``elmo_embed.json`` (files of the user's, which the shards and the card must not mix with or replace);
+            a name that is no folder (empty, a file, a dangling symbolic link) or a folder that cannot be created.
     """
-    os.makedirs(output_dir, exist_ok=True)
+    _check_output_dir(output_dir)
     path = os.path.join(output_dir, METADATA_NAME)
     text = json.dumps(metadata, indent=2, sort_keys=True) + "\n"
-    if not os.path.exists(path):
-        strangers = sorted(n for n in os.listdir(output_dir) if n.endswith(".parquet") and not n.startswith("."))
-        if strangers:
-            raise ShardFolderError(
-                f"{output_dir} holds Parquet files that `elmo embed` did not write ({', '.join(strangers[:3])}"
-                f"{', ...' if len(strangers) > 3 else ''}) and no {METADATA_NAME}: write into a new or empty folder"
-            )
-        if _write_atomically(path, text, replace=False):
-            return
-        # Another process of this run created it first: it must agree like any earlier run's.
+    if _check_strangers(output_dir) and _write_atomically(path, text, replace=False):
+        return
+    # The folder is an earlier run's, or another process of this run created the file first: it must agree.
     try:
         with open(path, encoding="utf-8") as f:
             old = json.load(f)
@@ -246,6 +310,13 @@ def open_folder(output_dir: str, metadata: dict) -> None:
             + "; ".join(found)
             + ". Write into another folder, or delete this one to start again"
         )
+
+
+def run_digest(metadata: dict) -> str:
+    """SHA-256 of the entries of ``metadata`` that two runs into one folder must share (the model's digests, the
+    output type, the plan...): each shard carries it, so that one copied from another run's folder is refused."""
+    entries = [_entry(metadata, path) for path in _MUST_MATCH]
+    return hashlib.sha256(json.dumps(entries, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def run_metadata(
@@ -287,27 +358,45 @@ def run_metadata(
 # One shard
 
 
-def _part_digest(part, column: str) -> str:
+def _part_digest(part, column: str, first_row: int = 0) -> str:
     """SHA-256 of a column's values in ``part`` (a dataset; strings, or lists of strings), length-prefixed so that
-    no two inputs collide."""
+    no two inputs collide. [`DatasetInputError`] naming the row (counted from ``first_row``) for a None value or
+    word."""
     digest = hashlib.sha256()
+    row = first_row
     for table in part.select_columns([column]).with_format("arrow").iter(batch_size=4096):
         for value in table.column(column).to_pylist():
+            if value is None:
+                raise DatasetInputError(f"row {row} has no {column!r} (None): give every row a value")
             items = [value] if isinstance(value, str) else ["\0list", str(len(value)), *value]
+            if any(item is None for item in items):
+                raise DatasetInputError(f"row {row}'s tokens ({column!r}) hold None: give every word a string")
             for item in items:
                 data = item.encode("utf-8", "surrogatepass")
                 digest.update(len(data).to_bytes(8, "little") + data)
+            row += 1
     return digest.hexdigest()
 
 
 def shard_info(path: str) -> dict:
-    """The ``elmo_embed`` entry of a shard file's schema (its shard number, rows and input digest)."""
+    """The ``elmo_embed`` entry of a shard file's schema (its shard number, rows, input and run digests), and its
+    number of rows as the file's footer says (``num_rows``). [`ShardFolderError`] for a file that cannot be read
+    as a shard (cut short, empty, not Parquet) or was not written by `elmo embed`."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    metadata = pq.read_schema(path).metadata or {}
-    if SHARD_KEY not in metadata:
+    try:
+        footer = pq.ParquetFile(path).metadata
+        metadata = footer.schema.to_arrow_schema().metadata or {}
+        info = json.loads(metadata[SHARD_KEY]) if SHARD_KEY in metadata else None
+    except (OSError, ValueError, pa.ArrowException) as err:  # ArrowInvalid is a ValueError
+        raise ShardFolderError(
+            f"{path} is damaged ({str(err).splitlines()[0] if str(err) else type(err).__name__}): it cannot be read "
+            "as a shard; delete it and run the same command again to redo it"
+        ) from None
+    if not isinstance(info, dict):
         raise ShardFolderError(f"{path} is not a shard written by `elmo embed` (no {SHARD_KEY.decode()} entry)")
-    return json.loads(metadata[SHARD_KEY])
+    return {**info, "num_rows": footer.num_rows}
 
 
 def _fsync_folder(folder: str) -> None:
@@ -323,7 +412,15 @@ def _fsync_folder(folder: str) -> None:
 def _shard_lock(temp: str):
     """Hold an exclusive ``flock`` on the shard's temporary file (created if missing) while it is written; a
     process that died released its lock, so its leftover file is taken over. Yields the open descriptor."""
-    fd = os.open(temp, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(temp, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as err:
+        if os.path.isdir(temp) or os.path.islink(temp):
+            raise ShardFolderError(
+                f"{temp} is a {'folder' if os.path.isdir(temp) else 'symbolic link'}, where this run writes a shard "
+                "before renaming it: it is no file of the run; move it away and run the same command again"
+            ) from None
+        raise ShardWriteError(f"could not create {temp}: {err.strerror or err} (errno {err.errno})") from err
     try:
         try:
             import fcntl
@@ -347,23 +444,35 @@ def _row_group_size(table) -> int:
     return max(1, min(table.num_rows, ROW_GROUP_BYTES * table.num_rows // max(table.nbytes, 1)))
 
 
-def _write_shard(embedder: BatchEmbedder, part, schema, path: str, index: int, rows: range, chunk_size: int) -> bool:
-    """Embed ``part`` (the shard's rows) into ``path`` via its temporary file; ``False`` if another process
-    finished the shard meanwhile (nothing written)."""
+def _complete_shard(output_dir: str, plan: ShardPlan, index: int) -> str | None:
+    """The path of shard ``index`` if it is complete: under its name, or still hidden; else ``None``."""
+    for name in (plan.name(index), plan.hidden_name(index)):
+        path = os.path.join(output_dir, name)
+        if os.path.lexists(path):
+            return path
+    return None
+
+
+def _write_shard(
+    embedder: BatchEmbedder, part, schema, output_dir: str, plan: ShardPlan, index: int, chunk_size: int, run: str
+) -> bool:
+    """Embed ``part`` (the shard's rows) into the shard's hidden name via its temporary file; ``False`` if another
+    process finished the shard meanwhile (nothing written). ``run``: the run's digest ([`run_digest`])."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    folder, name = os.path.split(path)
-    temp = os.path.join(folder, f".{name}.tmp")
+    rows, name = plan.rows(index), plan.name(index)
+    path = os.path.join(output_dir, plan.hidden_name(index))
+    temp = os.path.join(output_dir, f".{name}.tmp")
     with _shard_lock(temp) as fd:
-        if os.path.exists(path):  # completed by another process since this one looked: leave it
+        if _complete_shard(output_dir, plan, index) is not None:  # completed by another process meanwhile
             remove_file(temp)
             return False
         writer = None
         try:
             os.ftruncate(fd, 0)
-            digest = _part_digest(part, embedder.source)
-            info = {"shard": index, "rows": [rows.start, rows.stop], "input_sha256": digest}
+            digest = _part_digest(part, embedder.source, rows.start)
+            info = {"shard": index, "rows": [rows.start, rows.stop], "input_sha256": digest, "run_sha256": run}
             schema = schema.with_metadata({**schema.metadata, SHARD_KEY: json.dumps(info).encode()})
             # No dictionary, no min/max statistics and no compression for the vectors (floats that do not repeat and
             # do not compress, 1% smaller for 15% more write time); the input's (flat) columns keep the defaults.
@@ -385,7 +494,7 @@ def _write_shard(embedder: BatchEmbedder, part, schema, path: str, index: int, r
             writer = None
             os.fsync(fd)
             os.replace(temp, path)
-            _fsync_folder(folder)
+            _fsync_folder(output_dir)
         except BaseException as err:
             if writer is not None:
                 with contextlib.suppress(Exception):
@@ -402,12 +511,23 @@ def _write_shard(embedder: BatchEmbedder, part, schema, path: str, index: int, r
     return True
 
 
-def _check_complete_shard(path: str, index: int, rows: range, part, source: str) -> None:
-    """A shard that exists must be the one this run would write: same rows, same input."""
+def _check_complete_shard(path: str, index: int, rows: range, part, source: str, run: str) -> None:
+    """A shard that exists must be the one this run would write: same rows, same input, same run (model, output
+    type, plan: ``run`` is the run's digest), and readable, with all its rows."""
     info = shard_info(path)
     if info.get("shard") != index or info.get("rows") != [rows.start, rows.stop]:
         raise ShardFolderError(f"{path} holds rows {info.get('rows')}, not [{rows.start}, {rows.stop})")
-    digest = _part_digest(part, source)
+    if info["num_rows"] != len(rows):
+        raise ShardFolderError(
+            f"{path} is damaged: it holds {info['num_rows']} rows, not {len(rows)}; delete it and run the same "
+            "command again to redo it"
+        )
+    if info.get("run_sha256") != run:
+        raise ShardFolderError(
+            f"{path} was written by another run (another model, output type, dtype or plan than {METADATA_NAME} "
+            "says): it must not be mixed with this run's shards; delete it and run the same command again to redo it"
+        )
+    digest = _part_digest(part, source, rows.start)
     if info.get("input_sha256") != digest:
         raise ShardFolderError(
             f"{path} was embedded from other input than rows [{rows.start}, {rows.stop}) of this dataset (the "
@@ -428,7 +548,11 @@ def _card_text(output_dir: str, plan: ShardPlan, features, metadata: dict) -> st
     paths = [os.path.join(output_dir, plan.name(i)) for i in range(plan.num_shards)]
     num_bytes = 0
     for path in paths:
-        meta = pq.ParquetFile(path).metadata
+        try:
+            meta = pq.ParquetFile(path).metadata
+        except Exception:  # damaged since its check: shard_info names it
+            shard_info(path)
+            raise
         num_bytes += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
     files_size = sum(os.path.getsize(p) for p in paths)
     info = DatasetInfo(
@@ -451,26 +575,59 @@ def _card_text(output_dir: str, plan: ShardPlan, features, metadata: dict) -> st
     return (
         f"---\n{card.to_yaml()}\n---\n\n# ELMo vectors\n\n"
         f"Column `{metadata['column']}`: the `{metadata['output_type']}` vectors of column `{source}`, "
-        f"{metadata['vector_dtype']}, shape {shape}, written by `elmo embed` (modeling_elmo) with the model "
-        f"`{model.get('name')}` (weights SHA-256 {model['weights_sha256'][:16]}...). {plan.num_rows} rows in "
-        f"{plan.num_shards} shards; `{METADATA_NAME}` says how they were made.\n\n"
+        f"{metadata['vector_dtype']}, shape {shape}, {CARD_MARK} with the model "
+        f"`{model.get('name')}` (weights SHA-256 {model['weights_sha256'][:16]}...). {plan.num_rows} "
+        f"row{'s' * (plan.num_rows != 1)} in {plan.num_shards} shard{'s' * (plan.num_shards != 1)}; "
+        f"`{METADATA_NAME}` says how they were made.\n\n"
         "```python\nfrom datasets import load_dataset\n\n"
         f'vectors = load_dataset("parquet", data_dir="path/to/this/folder")["{plan.split}"].with_format("numpy")\n'
         "```\n"
     )
 
 
-def finish_folder(output_dir: str, plan: ShardPlan, features, metadata: dict) -> bool:
-    """Write the card if every shard is there (and the card says anything new); returns whether all are there."""
-    if not all(os.path.exists(os.path.join(output_dir, plan.name(i))) for i in range(plan.num_shards)):
+def _publish_shard(output_dir: str, plan: ShardPlan, index: int) -> None:
+    """Give the complete hidden shard ``index`` its name (never replacing a file there)."""
+    hidden = os.path.join(output_dir, plan.hidden_name(index))
+    path = os.path.join(output_dir, plan.name(index))
+    try:
+        if not _link_new(hidden, path) and not os.path.samefile(hidden, path):
+            raise ShardFolderError(
+                f"{path} appeared while this run wrote {plan.hidden_name(index)}: it was left as it is; move it away "
+                "and run the same command again"
+            )
+        remove_file(hidden)
+    except FileNotFoundError:  # another process of this run published it meanwhile
+        if not os.path.exists(path):
+            raise
+
+
+def finish_folder(output_dir: str, plan: ShardPlan, features, metadata: dict, log=None) -> bool:
+    """If every shard is complete: give the hidden ones their names, then write the card (where the card says
+    anything new, and where ``README.md`` is absent or the card of an earlier run: a README of the user's is kept,
+    and said on ``log``). Returns whether every shard is complete."""
+    if any(_complete_shard(output_dir, plan, i) is None for i in range(plan.num_shards)):
         return False
+    for index in range(plan.num_shards):
+        if os.path.lexists(os.path.join(output_dir, plan.hidden_name(index))):
+            _publish_shard(output_dir, plan, index)
+    _fsync_folder(output_dir)
     text = _card_text(output_dir, plan, features, metadata)
     path = os.path.join(output_dir, CARD_NAME)
-    with contextlib.suppress(OSError):
+    try:
         with open(path, encoding="utf-8") as f:
-            if f.read() == text:
-                return True
-    _write_atomically(path, text)
+            old = f.read()
+    except FileNotFoundError:
+        old = None
+    except (OSError, ValueError):  # not text: not a card of this command's
+        old = ""
+    if old is not None and CARD_MARK not in old:
+        (log or logger.warning)(
+            f"kept {path}, which `elmo embed` did not write; the dataset card was not written (the shards read "
+            "without it)"
+        )
+        return True
+    if old != text:
+        _write_atomically(path, text, replace=old is not None)
     return True
 
 
@@ -535,11 +692,15 @@ def write_shards(
         raise TypeError(
             f"write_shards needs a datasets.Dataset (with a length, to plan the shards), got {type(dataset).__name__}"
         )
-    if rank is None or world is None:
+    if rank is None and world is None:
         rank, world = process_rank_and_world()
+    for name, value in (("rank", rank), ("world", world)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"give rank and world as integers, or neither; got {name}={value!r}")
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"rank must be in [0, world): got rank={rank}, world={world}")
     for name, value in (("chunk_size", chunk_size), ("batch_size", batch_size), ("max_batch_words", max_batch_words)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        check_positive(name, value)
     text_column, tokens_column, words_column = check_input(dataset, text_column, tokens_column, column, words_column)
     source_column = text_column if text_column is not None else tokens_column
     plan = ShardPlan(split_name(split), len(dataset), shard_size)
@@ -555,13 +716,14 @@ def write_shards(
         source=source,
     )  # fmt: skip
     open_folder(output_dir, metadata)
+    digest = run_digest(metadata)
     run = ShardRun()
     pending = []
     for index in plan.owned_by(rank, world):
         rows = plan.rows(index)
-        path = os.path.join(output_dir, plan.name(index))
-        if os.path.exists(path):
-            _check_complete_shard(path, index, rows, dataset.select(rows), source_column)
+        path = _complete_shard(output_dir, plan, index)
+        if path is not None:
+            _check_complete_shard(path, index, rows, dataset.select(rows), source_column, digest)
             run.skipped.append(index)
             log(f"shard {index} ({plan.name(index)}) is complete: skipped")
         else:
@@ -571,8 +733,8 @@ def write_shards(
     try:
         for index in pending:
             rows = plan.rows(index)
-            path = os.path.join(output_dir, plan.name(index))
-            if _write_shard(embedder, dataset.select(rows), features.arrow_schema, path, index, rows, chunk_size):
+            schema = features.arrow_schema
+            if _write_shard(embedder, dataset.select(rows), schema, output_dir, plan, index, chunk_size, digest):
                 run.written.append(index)
                 run.sentences += len(rows)
                 log(f"shard {index} ({plan.name(index)}): wrote rows {rows.start}-{rows.stop - 1}")
@@ -582,7 +744,7 @@ def write_shards(
     finally:
         embedder.bar.close()
     run.words = embedder.words
-    run.complete = finish_folder(output_dir, plan, features, metadata)
+    run.complete = finish_folder(output_dir, plan, features, metadata, log)
     run.seconds = time.perf_counter() - started
     return run
 
@@ -594,10 +756,12 @@ __all__ = [
     "ShardPlan",
     "ShardRun",
     "ShardWriteError",
+    "check_folder",
     "differences",
     "finish_folder",
     "open_folder",
     "process_rank_and_world",
+    "run_digest",
     "run_metadata",
     "shard_info",
     "split_name",

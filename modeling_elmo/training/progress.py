@@ -25,11 +25,11 @@ class OneCompleteBar(ProgressCallback):
         super().on_step_end(args, state, control, **kwargs)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.prediction_bar is not None:  # an evaluation's bar (logged before on_evaluate closes it): gone before
+            self.prediction_bar.close()  # the metrics' line, which would otherwise share its line (issue 44 F7)
+            self.prediction_bar = None
         bar = self.training_bar
         if bar is not None and (bar.n >= state.max_steps or "train_runtime" in (logs or {})):
-            if self.prediction_bar is not None:  # the last evaluation's (logged before on_evaluate closes it)
-                self.prediction_bar.close()
-                self.prediction_bar = None
             bar.close()  # training is over; closing again (on_train_end) does nothing
         super().on_log(args, state, control, logs=logs, **kwargs)
 
