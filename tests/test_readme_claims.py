@@ -142,6 +142,20 @@ def test_ci_installs_what_the_readme_test_command_installs_and_runs_its_pytest_c
     assert tests and tests[0] == shlex.split(pytest_call), f"CI's first pytest call is {tests[:1]}, not {pytest_call}"
 
 
+def test_the_readme_says_how_long_the_tests_take_and_gives_a_quick_subset():
+    """Issue 44 F1: the README says how long its test command takes, with the machine, and names a quicker subset
+    (``-m "not slow"``, pyproject's declared marker), while CI's pytest call selects no marker: it runs everything."""
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    assert re.search(r"\d+ minutes on an idle \d-core machine", text), "the README gives no time for the tests"
+    assert '`python -m pytest -m "not slow"`' in text
+    pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
+    assert re.search(r'markers = \["slow: ', pyproject)
+    marked = [p.name for p in (REPO / "tests").glob("test_*.py") if "pytest.mark.slow" in p.read_text(encoding="utf-8")]
+    assert len(marked) >= 5, marked  # the subset leaves something out
+    tests = [argv for argv in ci_commands() if argv[:3] == ["python", "-m", "pytest"]]
+    assert tests and all("-m" not in argv[3:] for argv in tests), tests
+
+
 _FAILING_TEST = """
 import logging
 
