@@ -329,6 +329,18 @@ class ElmoConfig(PreTrainedConfig):
 
     model_type = "elmo"
     attribute_map = {"num_hidden_layers": "n_layers"}
+    # Outputs that Trainer's prediction_step leaves out of `predictions` (transformers' documented config attribute),
+    # so that compute_metrics gets one array, as from a stock head: the tagger's `emissions` (its `logits` are what to
+    # argmax), the LM head's per-direction scalar losses, and ElmoModel's fields beside its `elmo` mix (`outputs[0]`).
+    keys_to_ignore_at_inference = [
+        "emissions",
+        "forward_loss",
+        "backward_loss",
+        "mixes",
+        "mask",
+        "lstm_state",
+        "last_hidden_state",
+    ]
 
     char_embedding_dim: int = 16
     char_cnn_filters: list[list[int]] = field(default_factory=_default_filters)

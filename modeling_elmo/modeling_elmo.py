@@ -44,6 +44,7 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple, logging
 
+from .character_inputs_elmo import ElmoCharacterInputs
 from .characters import PADDING_CHAR, begin_of_sentence_ids, end_of_sentence_ids
 from .checks_elmo import check_inputs, check_loaded, check_source, follow_umask, mismatched_shapes
 from .configuration_elmo import ElmoConfig
@@ -556,7 +557,7 @@ class ElmoModelOutput(ModelOutput):
 # ---------------------------------------------------------------------------------------------
 
 
-class ElmoPreTrainedModel(PreTrainedModel):
+class ElmoPreTrainedModel(ElmoCharacterInputs, PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
@@ -593,6 +594,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
                 raise
             problems = mismatched_shapes(cls, name, kwargs) if isinstance(name, (str, os.PathLike)) else []
             shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+            core = tuple(p + part for p in ("", cls.base_model_prefix + ".") for part in ("char_cnn.", "bilm."))
+            if problems and not any(problem.startswith(core) for problem in problems):  # a head's weights: re-heading
+                shown += ". To start them anew (a head for another num_labels), pass ignore_mismatched_sizes=True"
             raise ValueError(
                 f"the weights in {source} do not fit the config (wrong sizes in config.json or in from_pretrained "
                 f"arguments?): {shown or 'see the load report above'}"

@@ -33,7 +33,7 @@ from transformers.utils import can_return_tuple
 
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
-from .modeling_elmo_tagging import ElmoTagEncoder
+from .modeling_elmo_tagging import IGNORE_INDEX, ElmoTagEncoder
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 
@@ -133,8 +133,9 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         Args:
             input_ids: ``(B, W, C)`` character ids from [`ElmoTokenizer`] (rows of zeros for padding).
             attention_mask: ``(B, W)``, 1 for words, right-padded. Default: the non-zero rows of ``input_ids``.
-            labels: by ``config.problem_type``: ``(B,)`` class ids in ``[0, K)`` (single-label), ``(B, K)`` 0/1
-                targets (multi-label), or ``(B,)`` / ``(B, K)`` numbers (regression).
+            labels: by ``config.problem_type``: ``(B,)`` class ids in ``[0, K)``, ``-100`` for a sentence left out of
+                the loss (single-label), ``(B, K)`` 0/1 targets (multi-label), or ``(B,)`` / ``(B, K)`` numbers
+                (regression).
             output_hidden_states: return the biLM's ``L + 1`` layers as ``hidden_states`` (default
                 ``config.output_hidden_states``).
             vocab_ids: ``(B, W)`` word ids, for a biLM with a word input (ELMoForManyLangs; its tokenizer returns
@@ -193,9 +194,13 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
                     f"{tuple(labels.shape)} {labels.dtype}"
                 )
             labels = labels.reshape(-1)
-            if bool(((labels < 0) | (labels >= k)).any()):
-                raise ValueError(f"labels must be class ids in [0, {k}), got {labels.unique().tolist()[:8]}")
-            return F.cross_entropy(logits.reshape(-1, k), labels)
+            # -100 marks a sentence without a label, left out of the loss as by transformers' heads.
+            if bool((((labels < 0) & labels.ne(IGNORE_INDEX)) | (labels >= k)).any()):
+                raise ValueError(
+                    f"labels must be class ids in [0, {k}), got {labels.unique().tolist()[:8]} ({IGNORE_INDEX} marks "
+                    "a sentence without a label)"
+                )
+            return F.cross_entropy(logits.reshape(-1, k), labels, ignore_index=IGNORE_INDEX)
         if problem == "multi_label_classification":
             if tuple(labels.shape) != tuple(logits.shape):
                 raise ValueError(

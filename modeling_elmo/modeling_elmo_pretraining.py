@@ -196,8 +196,22 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         else:
             super()._init_weights(module)
 
-    def get_output_embeddings(self) -> nn.Module:
+    def get_output_embeddings(self) -> ElmoSoftmax:
+        """The LM softmax ``(V, P)`` over the word vocabulary (not tied to the input, a character table)."""
         return self.softmax
+
+    def set_output_embeddings(self, new_embeddings: ElmoSoftmax) -> None:
+        """Replace the LM softmax by another [`ElmoSoftmax`] of the same ``(V, P)`` (``config.lm_vocab_size``,
+        ``projection_dim``); for another vocabulary, load with ``lm_vocab_size=V, ignore_mismatched_sizes=True``."""
+        expected = (self.config.lm_vocab_size, self.config.projection_dim)
+        shape = tuple(getattr(getattr(new_embeddings, "weight", None), "shape", ()))
+        if not isinstance(new_embeddings, ElmoSoftmax) or shape != expected:
+            raise ValueError(
+                f"the LM softmax must be an ElmoSoftmax of (lm_vocab_size, projection_dim) = {expected}, got "
+                f"{type(new_embeddings).__name__} {shape}: for another word vocabulary, load the model with "
+                "from_pretrained(folder, lm_vocab_size=V, ignore_mismatched_sizes=True)"
+            )
+        self.softmax = new_embeddings
 
     def _direction_states(self, top_layer: torch.Tensor) -> torch.Tensor:
         """``(B, W, 2P)`` ``[forward_h; backward_h]`` -> ``(2, B, W, P)`` (index 0 forward), with dropout, in the

@@ -25,6 +25,7 @@ import os
 import torch
 from transformers import Pipeline
 
+from .modeling_elmo import ElmoPreTrainedModel
 from .scoring_elmo import folder_has_softmax, top_layer_with_boundaries
 
 FILL_MASK_TASK = "elmo-fill-mask"
@@ -148,4 +149,22 @@ class ElmoFillMaskPipeline(Pipeline):
         return result[0] if len(result) == 1 else result
 
 
-__all__ = ["FILL_MASK_TASK", "ElmoFillMaskPipeline"]
+NO_MASKED_LM = (
+    "ELMo has no masked-LM head (AutoModelForMaskedLM, which the stock 'fill-mask' task loads): its biLM predicts "
+    "each word from the words before it and, apart, from the words after it. To fill [MASK] with an ELMo language "
+    f"model (a folder with its softmax), use pipeline({FILL_MASK_TASK!r}, model=FOLDER); to load the model, "
+    "ElmoForPreTraining.from_pretrained(FOLDER) or AutoModelForPreTraining"
+)
+
+
+class ElmoForMaskedLM(ElmoPreTrainedModel):
+    """No model: what ``AutoModelForMaskedLM`` finds for an ELMo config (``AutoModelForMaskedLM.register``), so that
+    ``AutoModelForMaskedLM.from_pretrained`` and ``pipeline("fill-mask", model=FOLDER)`` of an ELMo folder raise
+    ``ValueError`` naming the task that fills ``[MASK]`` (``"elmo-fill-mask"``) instead of transformers'
+    "Unrecognized configuration class". Building it (directly, ``from_config`` or ``from_pretrained``) raises."""
+
+    def __init__(self, config, *args, **kwargs):
+        raise ValueError(NO_MASKED_LM)
+
+
+__all__ = ["FILL_MASK_TASK", "NO_MASKED_LM", "ElmoFillMaskPipeline", "ElmoForMaskedLM"]

@@ -733,3 +733,43 @@ def test_the_frozen_feature_recipe_is_reproducible(tmp_path, monkeypatch):
         run_python_block(block, namespace)
         losses.append(namespace["trained"].training_loss)
     assert losses[0] == losses[1], losses
+
+
+# What the scratch folder holds for the blocks that a reader does not have (the workspace fixture writes them), and
+# the Hub id that python_code replaces by the local folder.
+STAND_INS = (
+    f"{RELEASED}_options.json",
+    f"{RELEASED}_weights.hdf5",
+    "corpus.txt",
+    "heldout.txt",
+    "domain.txt",
+    "domain-dev.txt",
+    "vocab-2016-09-10.txt",
+    "conll2003",
+    "you/elmo-original",
+)
+
+
+def needs_from_elsewhere(block: Block, earlier: list[Block]) -> list[str]:
+    """The files and folders ``block`` uses that neither it nor an earlier block of its page makes: this file's
+    stand-ins (``STAND_INS``), or what a block of another page made."""
+    names = set(STAND_INS) | {name for before in earlier if before.page != block.page for name in made_by(before)}
+    names -= made_by(block) | {name for before in earlier if before.page == block.page for name in made_by(before)}
+    return sorted(name for name in names if uses_file(block, name))
+
+
+def block_comments(block: Block) -> str:
+    return "\n".join(re.findall(r"#(.*)$", block.code, re.M))
+
+
+def test_a_block_says_in_a_comment_what_it_needs_first():
+    """Issue 44 F2: a block runs for a reader as written (offline, on the demo model), or names in a comment each file
+    or folder it needs from elsewhere (the released weights, the reader's corpus, a folder another page makes), so
+    that the scratch folder here supplies nothing a reader is not told to have."""
+    missing = [
+        f"{block}: {name}"
+        for index, block in enumerate(RUNNABLE)
+        for name in needs_from_elsewhere(block, RUNNABLE[:index])
+        if name not in block_comments(block)
+    ]
+    assert not missing, "blocks that need these without saying so in a comment:\n" + "\n".join(missing)
