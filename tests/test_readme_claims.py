@@ -39,9 +39,12 @@ CLAIMS = {
         "test_quiet.py::test_loads_print_no_table_and_a_mismatch_one_error"
     ],
     "network calls of the package's own": ["test_loading_safety.py::test_released_short_name_fails_at_once"],
-    "imports the package only when a subcommand runs": [
-        "test_quiet.py::test_elmo_help_imports_neither_torch_nor_transformers"
+    "imports the package only once a subcommand's flags parse": [
+        "test_quiet.py::test_elmo_help_imports_neither_torch_nor_transformers",
+        "test_cli_layout.py::test_every_subcommands_help_imports_nothing_heavy",
+        "test_cli_layout.py::test_a_usage_error_answers_before_the_package_loads",
     ],
+    "import modeling_elmo` prints nothing": ["test_quiet.py::test_import_prints_nothing_and_keeps_the_users_verbosity"],
 }
 
 
