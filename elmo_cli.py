@@ -33,7 +33,6 @@ Exit codes: 0 success; 1 an error the message explains (missing file, unloadable
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
 import importlib
 import importlib.util
@@ -88,24 +87,14 @@ def _error(message: str) -> int:
     return 1
 
 
-def convert_input_problem(argv: list[str]) -> str | None:
-    """What is wrong with an input file of ``elmo convert ARGV`` (missing, or a folder), found before the converter
-    (torch, transformers: seconds) is imported; ``None`` if nothing. Anything else, usage errors included, is left
-    to the converter's own checks."""
-    if any(arg in ("-h", "--help") for arg in argv):
-        return None
-    light = argparse.ArgumentParser(add_help=False)
-    for flag in (*_CONVERT_INPUTS, "--manylangs_dir"):
-        light.add_argument(flag)
-    try:
-        with open(os.devnull, "w") as null, contextlib.redirect_stderr(null):  # its usage errors are not ours
-            known, _ = light.parse_known_args(argv)
-    except SystemExit:
-        return None
-    if known.manylangs_dir is not None:  # these flags are then a usage error, which the converter names
+def convert_input_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with an input file of ``elmo convert`` (parsed ``args``: missing, or a folder), found before the
+    converter (torch, transformers: seconds) is imported; ``None`` if nothing. Anything else is left to the
+    converter's own checks."""
+    if args.manylangs_dir is not None:  # these flags are then a usage error, which the converter names
         return None
     for flag, label in _CONVERT_INPUTS.items():
-        path = getattr(known, flag.lstrip("-"))
+        path = getattr(args, flag.lstrip("-"))
         if path is None:
             continue
         if not os.path.exists(path):
@@ -149,10 +138,6 @@ def _import_command(command: str, module_name: str):
 
 def run_subcommand(command: str, argv: list[str]) -> int:
     """Run ``elmo COMMAND ARGV``: light checks first, then the command's module; returns the exit code."""
-    if command == "convert":
-        problem = convert_input_problem(argv)
-        if problem is not None:
-            return _error(problem)
     if command in DELEGATED:  # the training commands need the [train] extra; say so before transformers does
         missing = [name for name in TRAIN_EXTRA if importlib.util.find_spec(name) is None]
         if missing:
@@ -167,6 +152,9 @@ def run_subcommand(command: str, argv: list[str]) -> int:
             args = new_parser(f"elmo {command}", add_arguments).parse_args(argv)
         except SystemExit as exit_:
             return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
+        problem = convert_input_problem(args) if command == "convert" else None
+        if problem is not None:
+            return _error(problem)
     module_name = COMMANDS[command][0] if command in COMMANDS else DELEGATED[command][0]
     try:
         module = _import_command(command, module_name)
