@@ -773,3 +773,15 @@ def test_a_block_says_in_a_comment_what_it_needs_first():
         if name not in block_comments(block)
     ]
     assert not missing, "blocks that need these without saying so in a comment:\n" + "\n".join(missing)
+
+
+def test_the_tagger_quick_start_writes_into_an_ignored_folder_and_explains_its_checkpoint():
+    """Issue 44 F7: docs/training.md's first example wrote ``ner-demo/`` into the checkout, where git showed it as
+    untracked, and kept ``checkpoint-120`` (23 MB of optimizer state) without a word."""
+    block = next(b for b in page_blocks("docs/training.md") if b.language == "bash")
+    commands = shell_commands(block.code)
+    outputs = [argv[i + 1] for argv in commands for i, a in enumerate(argv[:-1]) if a == "--output_dir"]
+    ignored = {line.strip() for line in (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()}
+    assert outputs and all(f"/{Path(out).parts[0]}/" in ignored for out in outputs), (outputs, ignored)
+    text = " ".join((REPO / "docs" / "training.md").read_text(encoding="utf-8").split())
+    assert "`checkpoint-120/`" in text and "`--save_strategy no`" in text
