@@ -627,5 +627,6 @@ def test_a_save_is_plain_unless_remote_code_is_asked_for(tmp_path):
     config = json.loads((tmp_path / "code" / "tokenizer_config.json").read_text())
     assert config["auto_map"]["AutoTokenizer"][0] == "tokenization_elmo.ElmoTokenizer"
     assert (tmp_path / "code" / "tokenization_elmo.py").is_file()
+    assert (tmp_path / "code" / "tokenization_pairs_elmo.py").is_file()  # imported by it: sentence pairs
     ElmoTokenizer().save_pretrained(tmp_path / "again")
     assert "auto_map" not in json.loads((tmp_path / "again" / "tokenizer_config.json").read_text())
