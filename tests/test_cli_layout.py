@@ -169,6 +169,14 @@ def test_the_download_flags_name_the_librarys_environment_variables():
         assert getattr(flags, name) == getattr(download, name), name
 
 
+def test_the_embed_flags_offer_the_librarys_output_types():
+    from elmo_flags import embed as flags
+    from modeling_elmo.inference import embed_corpus
+
+    assert flags.OUTPUT_TYPES == embed_corpus.OUTPUTS
+    assert flags.DEPRECATED_OUTPUT_TYPES == embed_corpus.DEPRECATED_OUTPUTS
+
+
 def test_the_command_modules_import_nothing_heavy_at_the_top():
     """Checked on the sources: no module of commands/ imports torch, transformers, h5py, gradio, matplotlib... outside
     a function (``--help`` imports every module it lists)."""
