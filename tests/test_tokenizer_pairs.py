@@ -415,3 +415,33 @@ def test_text_classification_pipeline_with_text_pair(tok, pair_classifier):
     result = classify({"text": "The cat sat .", "text_pair": "A cat sat on the mat ."})
     assert result["label"] in model.config.label2id
     assert seen[0]["token_type_ids"].tolist() == [[0] * 4 + [1] * 7]
+
+
+def test_run_glue_pair_features_and_collators(tok):
+    """run_glue.py on a pair task: Dataset.map of tokenizer(sentence1, sentence2, padding, max_length, truncation=True),
+    then default_data_collator (padded to max_length) or DataCollatorWithPadding (padded per batch)."""
+    from datasets import Dataset
+    from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast, default_data_collator
+
+    assert isinstance(tok, PreTrainedTokenizerFast)  # what run_qa.py and run_glue.py check
+    data = Dataset.from_dict(
+        {
+            "sentence1": ["The cat sat on the mat .", "It was sunny ."],
+            "sentence2": ["A cat sat .", "The dog ran in the park today ."],
+            "label": [1, 0],
+        }
+    )
+    for padding, collator in (("max_length", default_data_collator), (False, DataCollatorWithPadding(tok))):
+
+        def preprocess(examples, padding=padding):
+            return tok(examples["sentence1"], examples["sentence2"], padding=padding, max_length=9, truncation=True)
+
+        features = data.map(preprocess, batched=True, remove_columns=["sentence1", "sentence2"])
+        batch = collator([features[i] for i in range(len(features))])
+        assert batch["input_ids"].shape == (2, 9, C)  # both pairs were cut to 9 words: the longer text first
+        assert batch["token_type_ids"].tolist() == [[0] * 5 + [1] * 4, [0] * 4 + [1] * 5]
+        assert batch["labels"].tolist() == [1, 0]
+    assert tok.encode("It was sunny .", "A cat sat .") == rows("It was sunny . A cat sat .".split())
+    pad = tok.pad([dict(tok("a b", "c")), dict(tok("d", "e"))], return_tensors="pt")
+    assert pad["token_type_ids"].tolist() == [[0, 0, 1], [0, 1, 0]]
+    assert pad["attention_mask"].tolist() == [[1, 1, 1], [1, 1, 0]]
