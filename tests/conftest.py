@@ -57,6 +57,7 @@ OPTIONAL_LIBRARIES = {
     "sentence_transformers": "sentence-transformers",
     "spacy": "spacy",
     "onnxruntime": "test",
+    "peft": "test",
     "playwright": "test",
     "nbclient": "test",
     "nbformat": "test",

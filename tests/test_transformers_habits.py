@@ -40,8 +40,6 @@ from modeling_elmo import (
     ElmoTokenizer,
 )
 
-peft = pytest.importorskip("peft")
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 LABELS = ["O", "B-X", "I-X"]
