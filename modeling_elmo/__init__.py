@@ -10,6 +10,8 @@
   is left out, with its public verbosity switch, and the user's level restored),
   the stock class generalised to ELMo's character ids and unchanged for every other model;
 - the task ``"elmo-feature-extraction"`` ([`ElmoFeatureExtractionPipeline`]);
+- the task ``"elmo-question-answering"`` ([`ElmoQuestionAnsweringPipeline`]): extractive answers as character spans,
+  as transformers 4's ``"question-answering"`` gave them (transformers 5 removed that task);
 - the task ``"elmo-fill-mask"`` ([`ElmoFillMaskPipeline`]): fill-in-the-blank from a biLM's released softmax, as LAMA
   did (the stock ``"fill-mask"`` expects a masked LM's one output per position, not two directions' predictions).
 
@@ -50,6 +52,7 @@ from .modeling_elmo_qa import ElmoForQuestionAnswering
 from .modeling_elmo_tagging import ElmoForTokenClassification, ElmoTokenClassifierOutput
 from .pipelines_elmo import FEATURE_TASK, ElmoFeatureExtractionPipeline, ElmoTokenClassificationPipeline
 from .pipelines_fill_mask_elmo import FILL_MASK_TASK, ElmoFillMaskPipeline, ElmoForMaskedLM
+from .pipelines_qa_elmo import QA_TASK, ElmoQuestionAnsweringPipeline
 from .tokenization_elmo import ElmoTokenizer
 
 AutoConfig.register("elmo", ElmoConfig, exist_ok=True)
@@ -85,6 +88,9 @@ PIPELINE_REGISTRY.register_pipeline(
 PIPELINE_REGISTRY.register_pipeline(
     FILL_MASK_TASK, pipeline_class=ElmoFillMaskPipeline, pt_model=AutoModelForPreTraining, type="text"
 )
+PIPELINE_REGISTRY.register_pipeline(
+    QA_TASK, pipeline_class=ElmoQuestionAnsweringPipeline, pt_model=AutoModelForQuestionAnswering, type="text"
+)
 del _stock, _verbosity
 deprecated_paths.install()
 
@@ -100,6 +106,7 @@ __all__ = [
     "ElmoForSequenceClassification",
     "ElmoForTokenClassification",
     "ElmoLstmState",
+    "ElmoQuestionAnsweringPipeline",
     "ElmoModel",
     "ElmoModelOutput",
     "ElmoPreTrainedModel",

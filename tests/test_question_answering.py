@@ -1,0 +1,142 @@
+"""ElmoForQuestionAnswering (issue 45): the BiDAF-style head, transformers' layout of its logits and loss, the Auto
+class, and the "elmo-question-answering" pipeline with answers as character spans of the context."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers import TINY
+from transformers import AutoModelForQuestionAnswering, pipeline
+
+from modeling_elmo import (
+    ElmoConfig,
+    ElmoForQuestionAnswering,
+    ElmoQuestionAnsweringPipeline,
+    ElmoTokenizer,
+    demo_model_path,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+QUESTION = "Which person is mentioned ?"
+NAMES = ["John Smith", "Mary", "Peter Jones", "Anna Berg", "Tom"]
+FILLERS = [
+    "Yesterday {} flew from London to Paris .",
+    "The report said {} won the match in Rome on Sunday .",
+    "{} was seen at the market with two friends .",
+    "Police said that {} had left the city .",
+]
+
+
+def tiny_model(**kwargs) -> ElmoForQuestionAnswering:
+    torch.manual_seed(0)
+    settings = dict(TINY, classifier_hidden_size=8, classifier_dropout=0.0, elmo_dropout=0.0) | kwargs
+    return ElmoForQuestionAnswering(ElmoConfig(**settings)).eval()
+
+
+def test_auto_class_builds_the_qa_head():
+    config = ElmoConfig(**TINY)
+    assert isinstance(AutoModelForQuestionAnswering.from_config(config), ElmoForQuestionAnswering)
+
+
+def test_logits_cover_the_context_only_and_the_loss_is_transformers_cross_entropy():
+    model = tiny_model()
+    tokenizer = ElmoTokenizer()
+    batch = tokenizer(["who is it ?", "where"], ["John went home .", "in Paris"], padding=True, return_tensors="pt")
+    context = batch["attention_mask"].bool() & batch["token_type_ids"].eq(1)
+    with torch.no_grad():
+        out = model(**batch, start_positions=torch.tensor([4, 1]), end_positions=torch.tensor([5, 2]))
+    assert out.start_logits.shape == out.end_logits.shape == batch["attention_mask"].shape
+    lowest = torch.finfo(out.start_logits.dtype).min
+    assert bool((out.start_logits[~context] == lowest).all()) and bool((out.end_logits[~context] == lowest).all())
+    assert bool((out.start_logits[context] > lowest / 2).all())
+    expected = (
+        F.cross_entropy(out.start_logits, torch.tensor([4, 1])) + F.cross_entropy(out.end_logits, torch.tensor([5, 2]))
+    ) / 2
+    torch.testing.assert_close(out.loss, expected)
+    # A position outside the context (run_qa's label for a window that misses the answer) adds no loss.
+    with torch.no_grad():
+        partial = model(**batch, start_positions=torch.tensor([4, 0]), end_positions=torch.tensor([5, 0]))
+    expected = (
+        F.cross_entropy(out.start_logits[:1], torch.tensor([4]))
+        + F.cross_entropy(out.end_logits[:1], torch.tensor([5]))
+    ) / 2
+    torch.testing.assert_close(partial.loss, expected)
+
+
+def test_context_scores_depend_on_the_question():
+    model = tiny_model()
+    tokenizer = ElmoTokenizer()
+    a = tokenizer(["who"], ["John went home"], return_tensors="pt")
+    b = tokenizer(["where did he go"], ["John went home"], return_tensors="pt")
+    with torch.no_grad():
+        start_a = model(**a).start_logits[0, 1:]
+        start_b = model(**b).start_logits[0, 4:]
+    assert float((start_a - start_b).abs().max()) > 1e-4
+
+
+def test_a_single_text_is_refused_with_the_fix():
+    model = tiny_model()
+    batch = ElmoTokenizer()(["John went home"], return_tensors="pt")
+    batch.pop("token_type_ids", None)
+    with pytest.raises(ValueError, match=r"tokenizer\(question, context\)"):
+        model(**batch)
+
+
+def toy_examples(n: int, seed: int) -> list[dict]:
+    rng = torch.Generator().manual_seed(seed)
+    examples = []
+    for _ in range(n):
+        name = NAMES[int(torch.randint(len(NAMES), (1,), generator=rng))]
+        template = FILLERS[int(torch.randint(len(FILLERS), (1,), generator=rng))]
+        context = template.format(name)
+        examples.append({"context": context, "answer": name, "answer_start": context.index(name)})
+    return examples
+
+
+def test_trained_head_answers_through_the_pipeline_with_character_spans():
+    """A few steps on the demo biLM teach "Which person is mentioned?"; the pipeline's answers are character spans
+    of the context (``context[start:end] == answer``), top_k gives several, and a long context is read in windows."""
+    path = demo_model_path()
+    tokenizer = ElmoTokenizer.from_pretrained(path)
+    torch.manual_seed(0)
+    model = AutoModelForQuestionAnswering.from_pretrained(path, classifier_hidden_size=16, classifier_dropout=0.0)
+    examples = toy_examples(64, seed=0)
+    batch = tokenizer([QUESTION] * len(examples), [e["context"] for e in examples], padding=True, return_tensors="pt")
+    question_words = len(QUESTION.split())
+    starts = [question_words + len(e["context"][: e["answer_start"]].split()) for e in examples]
+    ends = [s + len(e["answer"].split()) - 1 for s, e in zip(starts, examples, strict=True)]
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.train()
+    for _ in range(40):
+        loss = model(**batch, start_positions=torch.tensor(starts), end_positions=torch.tensor(ends)).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    qa = pipeline("elmo-question-answering", model=model.eval(), tokenizer=tokenizer)
+    assert isinstance(qa, ElmoQuestionAnsweringPipeline)
+    held_out = [
+        "On Monday Anna Berg said the talks had failed .",
+        "The minister met Tom in Berlin .",
+    ]
+    for context, name in zip(held_out, ["Anna Berg", "Tom"], strict=True):
+        answer = qa(question=QUESTION, context=context)
+        assert context[answer["start"] : answer["end"]] == answer["answer"]
+        assert answer["answer"] == name, answer
+    several = qa({"question": QUESTION, "context": held_out[0]}, top_k=3)
+    assert len(several) == 3 and several[0]["score"] >= several[1]["score"] >= several[2]["score"]
+    assert all(held_out[0][a["start"] : a["end"]] == a["answer"] for a in several)
+    long_context = " ".join(["The weather was fine ."] * 6 + [held_out[0]])
+    windowed = qa(question=QUESTION, context=long_context, max_seq_len=16, doc_stride=4)
+    assert long_context[windowed["start"] : windowed["end"]] == windowed["answer"] == "Anna Berg"
+
+
+def test_pipeline_refuses_bad_input():
+    qa = pipeline("elmo-question-answering", model=tiny_model(), tokenizer=ElmoTokenizer())
+    with pytest.raises(ValueError, match="question"):
+        qa("just a string")
+    with pytest.raises(ValueError, match="non-empty"):
+        qa(question="", context="John went home")
+    with pytest.raises(ValueError, match="top_k"):
+        qa(question="who", context="John went home", top_k=0)
