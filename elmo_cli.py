@@ -133,7 +133,12 @@ def _import_command(command: str, module_name: str):
                 f"`elmo {command}` needs {module_name}, which this installation does not have "
                 "(update the package: pip install -e .)"
             ) from err
-        raise ImportError(f"`elmo {command}` needs the package {err.name!r}, which is not installed") from err
+        if err.name is not None and importlib.util.find_spec(err.name.partition(".")[0]) is None:
+            raise ImportError(f"`elmo {command}` needs the package {err.name!r}, which is not installed") from err
+        cause = err  # an installed package failed to import: name what went wrong, first
+        while cause.__cause__ is not None or cause.__context__ is not None:
+            cause = cause.__cause__ or cause.__context__
+        raise ImportError(f"`elmo {command}` could not be loaded: {type(cause).__name__}: {cause}") from err
 
 
 def run_subcommand(command: str, argv: list[str]) -> int:

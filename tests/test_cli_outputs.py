@@ -281,7 +281,7 @@ def test_export_vectors_never_replaces_a_file_that_appeared_meanwhile(tiny_dir, 
         ("x.foo", ".foo is not an image format; use one of"),
         ("heatmap", "has no extension, which names the image format: use one of"),
         ("folder", "is a folder"),
-        ("/dev/full", "exists and is not a regular file"),
+        ("/dev/full", "has no extension"),  # a device is written through (issue 44 M7), but its format is unknown
     ],
 )
 def test_similar_plot_refuses_files_it_cannot_write_before_the_model_loads(broken_model, tmp_path, capsys, name,

@@ -221,20 +221,22 @@ def test_two_processes_write_disjoint_shards_that_equal_one(model, tmp_path):
 
 def test_rerun_skips_complete_shards_and_redoes_the_rest(model, tmp_path):
     """A run that stopped after some shards (here: process 0 of 2 only, and a leftover temporary file of a killed
-    writer) is finished by a rerun, which leaves the complete shards as they are (same inode, same mtime)."""
+    writer) is finished by a rerun, which leaves the complete shards as they are (same inode, same mtime): hidden
+    until the folder is complete, then under their names."""
     dataset = datasets.Dataset.from_dict({"text": texts(30)})
     folder = tmp_path / "out"
     write(model, dataset, folder, rank=0, world=2)
     done = {name: os.stat(folder / name) for name in os.listdir(folder) if name.endswith(".parquet")}
-    assert sorted(done) == ["train-00000-of-00004.parquet", "train-00002-of-00004.parquet"]
+    assert sorted(done) == [".train-00000-of-00004.parquet", ".train-00002-of-00004.parquet"]
     (folder / ".train-00001-of-00004.parquet.tmp").write_bytes(b"half a shard")
     lines = []
     run = write(model, dataset, folder, log=lines.append)
     assert run.skipped == [0, 2] and run.written == [1, 3] and run.complete
     assert any("shard 0" in line and "skipped" in line for line in lines)
-    for name, before in done.items():
-        after = os.stat(folder / name)
+    for name, before in list(done.items()):
+        after = os.stat(folder / name[1:])
         assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+        done[name[1:]] = done.pop(name)
     assert not [n for n in os.listdir(folder) if n.endswith(".tmp")]
     write(model, dataset, tmp_path / "clean")
     for name in done:
@@ -263,7 +265,7 @@ def test_a_folder_of_another_run_is_refused_naming_the_difference(model, tmp_pat
     foreign = tmp_path / "foreign"
     foreign.mkdir()
     datasets.Dataset.from_dict({"a": [1]}).to_parquet(str(foreign / "data.parquet"))
-    with pytest.raises(ShardFolderError, match="Parquet files that `elmo embed` did not write"):
+    with pytest.raises(ShardFolderError, match=r"is not empty \(data.parquet\) and is not a folder of `elmo embed"):
         write(model, dataset, foreign)
 
 
@@ -283,7 +285,7 @@ def test_a_shard_being_written_is_not_written_twice(model, tmp_path):
 
     dataset = datasets.Dataset.from_dict({"text": texts(10)})
     folder = tmp_path / "out"
-    folder.mkdir()
+    write(model, dataset, folder, rank=1, world=2)  # the folder is this run's; shard 0 is left to write
     temp = folder / ".train-00000-of-00002.parquet.tmp"
     with open(temp, "wb") as held:
         held.write(b"being written")

@@ -16,6 +16,11 @@ Every command that writes a file (``elmo embed``, ``elmo score -o``, ``elmo expo
 
 A failure, Ctrl-C or SIGTERM ([`signals_unwind`] turns it into an exception) removes the temporary file; so the
 output is either the complete new file or what was there before.
+
+An output that is a symbolic link to a regular file is published at the file it points to: the link stays. One
+that is a character device or a pipe (``/dev/stdout``, ``/dev/null``, a FIFO), or a symbolic link to one, is
+written through, never replaced: the command writes a temporary file in the system's temporary folder, then copies
+it into the device or pipe ([`writes_through`]). A block device (a disk), a socket or a dangling link is refused.
 """
 
 from __future__ import annotations
@@ -23,6 +28,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
+import stat
+import tempfile
 from collections.abc import Iterable, Iterator
 
 from ..inference.hdf5_file import remove_file, temp_name
@@ -47,22 +55,64 @@ def _is_stdin(path: str, output: str) -> bool:
         return False
 
 
+def writes_through(output: str) -> bool:
+    """Whether ``output`` is a character device or a pipe (``/dev/stdout``, ``/dev/null``, a FIFO), or a symbolic
+    link to one: written through (opened and written), never replaced by a file."""
+    try:
+        mode = os.stat(output).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def published_path(output: str) -> str:
+    """Where the file ``output`` is published: the regular file that a symbolic link points to (so that the link
+    stays a link), else ``output`` itself."""
+    if os.path.islink(output) and os.path.isfile(output):
+        target = os.path.realpath(output)
+        if same_file(target, output):  # (a link of /proc to a deleted file resolves to a name that is not it)
+            return target
+    return output
+
+
+def model_files(model: str | None) -> list[str]:
+    """The files of the model a command reads (a local folder, or the bundled demo model for ``None``): inputs too,
+    which an output must not replace."""
+    if model is None:
+        from ..demo_models.model import demo_model_path
+
+        model = str(demo_model_path())
+    if not os.path.isdir(model):
+        return [model] if os.path.isfile(model) else []
+    return [entry.path for entry in os.scandir(model) if entry.is_file()]
+
+
 def check_output(output: str, overwrite: bool, inputs: Iterable[str] = (), flag: str = "--output") -> None:
     """[`CliError`] for an output that must not be written: a folder, one in a folder that does not exist, one of
-    ``inputs`` (a path, or ``-`` for stdin), something other than a regular file (a device such as ``/dev/full``,
-    a pipe: publishing renames a file over it), or an existing file without ``overwrite``. ``flag`` names the
-    output in the messages."""
+    ``inputs`` (a path, or ``-`` for stdin; also the model's files, see [`model_files`]), a block device, a
+    socket or a dangling symbolic link, or an existing file without ``overwrite``. A character device or a pipe
+    (or a link to one) is written through ([`writes_through`]: no ``overwrite`` needed). ``flag`` names the output
+    in the messages."""
     if os.path.isdir(output):
         raise CliError(f"{flag} {output} is a folder; give a file name")
-    folder = os.path.dirname(os.path.abspath(output))
+    if os.path.islink(output) and not os.path.exists(output):
+        raise CliError(
+            f"{flag} {output} is a symbolic link to {os.readlink(output)}, which does not exist; give a file name"
+        )
+    folder = os.path.dirname(os.path.abspath(published_path(output)))
     if not os.path.isdir(folder):
         raise CliError(f"{flag} {output}: the folder {folder} does not exist")
+    if writes_through(output):  # written into, not replaced: reading a terminal or pipe that is written is no loss
+        return
     for path in inputs:
         if same_file(path, output) or _is_stdin(path, output):
             shown = "stdin" if path == "-" else path
             raise CliError(f"{flag} {output} is the input {shown}: writing it would destroy the input; choose another")
     if os.path.lexists(output) and not os.path.isfile(output):
-        raise CliError(f"{flag} {output} exists and is not a regular file (a device, a pipe...); give a file name")
+        raise CliError(
+            f"{flag} {output} exists and is not a regular file, a character device or a pipe (a disk, a socket); "
+            "give a file name"
+        )
     if os.path.exists(output) and not overwrite:
         raise CliError(f"{output} exists; pass --overwrite to replace it")
 
@@ -83,7 +133,16 @@ def lock_output(output: str, command: str) -> int | None:
         return None
     path = _lock_name(output, command)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        except OSError as err:
+            what = "a folder" if os.path.isdir(path) else "a symbolic link" if os.path.islink(path) else None
+            if what is not None:
+                raise CliError(
+                    f"{path}, the lock this command takes beside {output}, is {what}: it is no file of the command; "
+                    "move it away, or choose another output"
+                ) from None
+            raise CliError(f"cannot create the lock {path} beside {output}: {err.strerror or err}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -168,10 +227,25 @@ def remove_stale_partials(output: str, command: str, locked: bool = True, suffix
     return removed
 
 
+def write_into(temp: str, output: str) -> None:
+    """Copy the complete file ``temp`` into the device or pipe ``output`` (see [`writes_through`])."""
+    try:
+        with open(temp, "rb") as source, open(output, "wb") as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+    except OSError as err:
+        raise CliError(f"could not write {output}: {err.strerror or err}") from None
+
+
 def publish(temp: str, output: str, overwrite: bool) -> None:
     """Give the complete file ``temp`` the name ``output``. With ``overwrite`` it replaces whatever is there;
     without, it never replaces a file, even one that another program created while this run was writing
-    ([`CliError`]; ``temp`` is then left for the caller to remove)."""
+    ([`CliError`]; ``temp`` is then left for the caller to remove). A device or pipe is written into ([`write_into`];
+    ``temp`` is removed), a symbolic link to a file publishes at that file ([`published_path`])."""
+    if writes_through(output):
+        write_into(temp, output)
+        remove_file(temp)
+        return
+    output = published_path(output)
     if overwrite:
         os.replace(temp, output)
         return
@@ -228,6 +302,17 @@ def writing(
     (see [`check_output`], [`lock_output`], [`publish`]), and the block's own."""
     inputs = list(inputs)
     with signals_unwind():
+        if writes_through(output):  # nothing to lock or replace: a temporary file, copied in when complete
+            check_output(output, overwrite, inputs, flag)
+            folder = tempfile.mkdtemp(prefix=f"elmo-{command}-")  # the writer may put its own files beside
+            try:
+                temp = os.path.join(folder, "output.tmp" + suffix)
+                yield temp
+                write_into(temp, output)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            return
+        output = published_path(output)
         lock = start_output(output, command, overwrite, inputs, suffix, flag)
         try:
             temp = partial_name(output, command, suffix=suffix)

@@ -214,7 +214,8 @@ def _load_error(path: Path, err: Exception) -> ConversionError:
 
 
 def _tensor_problem(key: str, value: Any, shape: tuple[int, ...]) -> str | None:
-    """Why ``value`` is not a finite, dense floating-point tensor of ``shape`` on the CPU, or None."""
+    """Why ``value`` is not a finite (also in float32), dense floating-point tensor of ``shape`` on the CPU, or
+    None."""
     if type(value) not in (torch.Tensor, torch.nn.Parameter):
         return f"{key} is a {type(value).__name__}, not a tensor"
     if value.layout != torch.strided:
@@ -230,6 +231,12 @@ def _tensor_problem(key: str, value: Any, shape: tuple[int, ...]) -> str | None:
         return f"{key} has shape {tuple(value.shape)}, the architecture needs {shape}"
     if not bool(torch.isfinite(value).all()):
         return f"{key} holds NaN or infinite values"
+    if not bool(torch.isfinite(value.to(torch.float32)).all()):  # float64 beyond float32's range: infinite there
+        largest = float(value.abs().max())
+        return (
+            f"{key} holds values beyond float32's range (largest magnitude {largest:.3g}, float32 holds up to "
+            f"{torch.finfo(torch.float32).max:.3g}): the converted model, in float32, would hold infinities"
+        )
     return None
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 
 import numpy as np
@@ -57,6 +58,13 @@ def elmo_feature(config, output_type: str, vector_dtype: str = "float32"):
     if output_type == "sentence_mean":
         return List(Value(vector_dtype), length=dim)
     return Array2D(shape=(None, dim), dtype=vector_dtype)
+
+
+def check_positive(name: str, value) -> int:
+    """``value`` if it is a positive integer (not a bool), else ``ValueError`` naming ``name``."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    return value
 
 
 def _check_vector_dtype(vector_dtype: str) -> None:
@@ -162,7 +170,8 @@ def check_input(
     batch by batch as it runs instead.
 
     Raises:
-        DatasetInputError: a missing column, a column of non-strings, no rows, or a new column's name taken.
+        DatasetInputError: a missing column, a column of non-strings, no rows, a new column's name taken, empty or
+            the same for both new columns.
     """
     import datasets
 
@@ -171,6 +180,11 @@ def check_input(
     source = text_column if text_column is not None else tokens_column
     if tokens_column is not None:
         words_column = None
+    for what, new in (("column", column), ("words_column", words_column)):
+        if new is not None and (not isinstance(new, str) or not new.strip()):
+            raise DatasetInputError(f"{what} must name the new column (a non-empty string), got {new!r}")
+    if column == words_column:
+        raise DatasetInputError(f"column and words_column are both {column!r}: give the two new columns two names")
     for new in (column, words_column):
         if new is not None and names is not None and new in names:
             raise DatasetInputError(f"the dataset already has a column {new!r}: choose another name for it")
@@ -218,6 +232,16 @@ class BatchEmbedder:
         self.fields = [pa.field(name, schema.field(name).type) for name in self.features]
         self.bar = bar
         self.words = 0  # embedded so far
+        self.process = os.getpid()  # the process that built it: another one is a `map` worker (num_proc > 1)
+
+    def _start_worker(self) -> None:
+        """In a ``map`` worker (``num_proc > 1``): torch on one thread before its first product. A worker forked
+        from a process whose OpenMP pool had started finds a pool without threads, and its first parallel region
+        waits for them forever (GNU OpenMP is not fork-safe); torch's own DataLoader workers do the same."""
+        import torch
+
+        torch.set_num_threads(1)
+        self.process = os.getpid()
 
     def words_of(self, table, indices) -> list[list[str]]:
         """Each row's words: the tokens column as it is, or the text split as `elmo embed` splits a line."""
@@ -237,6 +261,8 @@ class BatchEmbedder:
         return [self.tokenizer.tokenize(text.strip()) for text in values]
 
     def __call__(self, table, indices=None):
+        if os.getpid() != self.process:
+            self._start_worker()
         words = self.words_of(table, indices)
         arrays = [
             array
@@ -352,7 +378,9 @@ def embed_dataset(
         vector_dtype: ``"float32"`` or ``"float16"`` (half the disk; the vectors are computed as before, then cast).
         words_column: with a text column, also store each row's words (a list of strings) under this name.
         progress: show ``map``'s progress bar.
-        map_kwargs: passed to ``map`` (e.g. ``cache_file_name``, ``keep_in_memory``, ``desc``).
+        map_kwargs: passed to ``map`` (e.g. ``cache_file_name``, ``keep_in_memory``, ``desc``). ``num_proc=N`` runs
+            the model in N forked CPU processes of one thread each (a model on a GPU: one process; for several
+            GPUs or machines, `elmo embed --output_dir` under torchrun, or ``write_shards``).
 
     Returns:
         A dataset of the same kind with ``column`` (and ``words_column``) added. For a ``Dataset``, ``map``'s cache
@@ -367,6 +395,9 @@ def embed_dataset(
 
     output_type = resolve_output(output_type)
     _check_vector_dtype(vector_dtype)
+    for name, value in (("batch_size", batch_size), ("max_batch_words", max_batch_words), ("chunk_size", chunk_size)):
+        check_positive(name, value)
+    _check_num_proc(model, map_kwargs.get("num_proc"))
     if output_type not in ("all", "top", "average") and not model.config.num_output_representations:
         raise ValueError(f"output_type={output_type!r} needs a scalar mix; the model has num_output_representations=0")
     iterable = isinstance(dataset, datasets.IterableDataset)
@@ -398,6 +429,21 @@ def embed_dataset(
     return mapped.with_format(kept["type"], columns, kept["output_all_columns"], **kept["format_kwargs"])
 
 
+def _check_num_proc(model, num_proc) -> None:
+    """``ValueError`` for a ``num_proc`` that is no positive integer, or above 1 with a model off the CPU (CUDA
+    cannot be used in a forked process)."""
+    if num_proc is None:
+        return
+    check_positive("num_proc", num_proc)
+    devices = {p.device.type for p in model.parameters()}
+    if num_proc > 1 and devices - {"cpu"}:
+        raise ValueError(
+            f"num_proc={num_proc} runs the model in forked CPU processes, and this model is on {', '.join(devices)}: "
+            "leave num_proc out (one process drives the GPU), or, for several GPUs, run `elmo embed --output_dir` "
+            "under torchrun (or write_shards in each process)"
+        )
+
+
 def _with_progress(progress: bool, call: Callable):
     """``call()`` with `datasets`' progress bars as they are (``progress``), else off for the call."""
     from datasets.utils import logging as ds_logging
@@ -415,6 +461,7 @@ __all__ = [
     "VECTOR_DTYPES",
     "BatchEmbedder",
     "check_input",
+    "check_positive",
     "DatasetInputError",
     "elmo_feature",
     "embed_dataset",

@@ -757,14 +757,25 @@ def _how_made(
 
 
 def load_tagger(model_dir: str | os.PathLike):
-    """``(model, tokenizer)`` of a saved tagger folder, the model in eval mode."""
-    from transformers import AutoModelForTokenClassification, AutoTokenizer
+    """``(model, tokenizer)`` of a saved tagger folder, the model in eval mode. ``ValueError`` for a folder whose
+    tagging head was never trained (a biLM folder, say: loading it would give a random head)."""
+    from transformers import AutoConfig, AutoModelForTokenClassification, AutoTokenizer
 
     from .. import ElmoTokenizer  # noqa: F401  (importing the package registers the ELMo Auto classes)
 
-    model = AutoModelForTokenClassification.from_pretrained(model_dir).eval()
+    untrained = (
+        f"{model_dir} holds no trained tagger: {{}}; tagging with it would give a random head's tags. Train one "
+        f"first: train-tagger --bilm {model_dir} --train_file ... --output_dir TAGGER, then --predict TAGGER"
+    )
+    architectures = AutoConfig.from_pretrained(model_dir).architectures or []
+    if not any(name.endswith("ForTokenClassification") for name in architectures):
+        named = ", ".join(architectures) or "none"
+        raise ValueError(untrained.format(f"its config's architectures are {named}, no ...ForTokenClassification"))
+    model, info = AutoModelForTokenClassification.from_pretrained(model_dir, output_loading_info=True)
+    if info["missing_keys"]:
+        raise ValueError(untrained.format(f"its weights lack {', '.join(sorted(info['missing_keys'])[:4])}"))
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return model, tokenizer
+    return model.eval(), tokenizer
 
 
 def predict_sentences(
