@@ -152,7 +152,7 @@ def test_saved_folders_are_plain(folders):
 )
 def test_remote_code_on_request_holds_the_code(folders, kind, auto_class, entry):
     """``save_with_remote_code`` (register_for_auto_class): transformers copies the defining files and everything
-    they import relatively, and writes auto_map; a tagger also names its pipeline."""
+    they import relatively, and writes auto_map; the config also names the token-classification pipeline."""
     folder = folders[f"remote/{kind}"]
     files = set(os.listdir(folder))
     code = {f for f in files if f.endswith(".py")}
@@ -164,11 +164,9 @@ def test_remote_code_on_request_holds_the_code(folders, kind, auto_class, entry)
     tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
     assert tokenizer_config["auto_map"]["AutoTokenizer"][0] == "tokenization_elmo.ElmoTokenizer"
     assert "tokenization_elmo.py" in code
-    if kind == "tagger":
-        impl = config["custom_pipelines"]["token-classification"]["impl"]
-        assert impl == "pipelines_elmo.ElmoTokenClassificationPipeline" and "pipelines_elmo.py" in code
-    else:
-        assert "custom_pipelines" not in config
+    # Every kind names the ELMo pipeline for the stock task (a tagger fine-tuned from a shared biLM inherits it).
+    impl = config["custom_pipelines"]["token-classification"]["impl"]
+    assert impl == "pipelines_elmo.ElmoTokenClassificationPipeline" and "pipelines_elmo.py" in code
 
 
 def test_shipped_code_needs_no_converter_or_training_libraries():

@@ -35,6 +35,14 @@ CLAIMS = {
     ],
     "Saved folders are plain": ["test_hub.py::test_saved_folders_are_plain"],
     "such a folder loads without the package": ["test_hub.py::test_remote_code_loads_without_the_package"],
+    "maps every Auto class the package registers": [
+        "test_remote_code_clean_env.py::test_auto_map_names_every_auto_class_the_package_registers",
+        "test_remote_code_clean_env.py::test_without_the_package_each_auto_class_loads_and_a_tagger_fine_tunes",
+    ],
+    "`python -m modeling_elmo SCRIPT.py ARGS`": [
+        "test_official_recipes.py::test_python_m_modeling_elmo_runs_an_unmodified_script",
+        "test_official_recipes.py::test_python_m_modeling_elmo_under_torchrun_and_accelerate",
+    ],
     "declared in `_keys_to_ignore_on_load_missing`": [
         "test_quiet.py::test_loads_print_no_table_and_a_mismatch_one_error"
     ],

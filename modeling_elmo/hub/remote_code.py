@@ -2,40 +2,39 @@
 
 Saved ELMo folders are plain by default: config, weights, tokenizer (and a card when a command writes them), loaded
 with this package installed. A folder that should load without the package, with ``trust_remote_code=True``, is
-asked for: [`save_with_remote_code`] registers the model, its config and the tokenizer for their Auto classes, and
-transformers' own ``save_pretrained`` then copies the files that define them (with everything they import
-relatively) and writes ``auto_map``; for a tagger it saves through [`ElmoTokenClassificationPipeline`] so that the
-config also names that pipeline in ``custom_pipelines``. ``elmo convert --remote_code`` and the training commands'
-``--remote_code`` use it.
+asked for: [`save_with_remote_code`] copies every module that defines a registered class (with everything they
+import relatively), registers the model, its config and the tokenizer for their Auto classes, and transformers' own
+``save_pretrained`` writes ``auto_map``: every Auto class the package registers (``auto_map_elmo.AUTO_MAP``), so that
+any head loads from the folder (``AutoModelForTokenClassification`` from a converted biLM, to fine-tune a tagger), and
+``custom_pipelines``: [`ElmoTokenClassificationPipeline`] for the stock ``"token-classification"`` task.
+``elmo convert --remote_code`` and the training commands' ``--remote_code`` use it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import json
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..auto_map_elmo import AUTO_MAP, CODE_FIELDS, CUSTOM_PIPELINES, code_file
+
 logger = logging.getLogger(__name__)
 
-# The Auto class that a saved model of each class is registered for.
+# The Auto class that a saved model of each class is registered for (from AUTO_MAP: add a head there).
 AUTO_CLASSES = {
-    "ElmoModel": "AutoModel",
-    "ElmoForPreTraining": "AutoModelForPreTraining",
-    "ElmoForTokenClassification": "AutoModelForTokenClassification",
-    "ElmoForSequenceClassification": "AutoModelForSequenceClassification",
+    reference.rsplit(".", 1)[1]: auto_class
+    for auto_class, reference in AUTO_MAP.items()
+    if auto_class.startswith("AutoModel")
 }
 
-# The modules a remote-code folder may hold: those that define registered classes, and the pipeline.
-ENTRY_MODULES = (
-    "configuration_elmo",
-    "modeling_elmo",
-    "modeling_elmo_pretraining",
-    "modeling_elmo_tagging",
-    "modeling_elmo_classification",
-    "tokenization_elmo",
-    "pipelines_elmo",
+# The modules a remote-code folder holds: those that define the mapped classes, and the pipeline.
+ENTRY_MODULES = tuple(
+    dict.fromkeys([*(code_file(value)[: -len(".py")] for value in AUTO_MAP.values()), "pipelines_elmo"])
 )
 
 # Libraries that only the converter and the training commands use: a shipped module that imports one of them
@@ -49,7 +48,7 @@ HUB_PROBE_TIMEOUT = 5.0
 
 
 def shipped_files() -> list[Path]:
-    """The code files that a remote-code folder may hold: the entry modules and everything they import relatively
+    """The code files that a remote-code folder holds: the entry modules and everything they import relatively
     (``from .x import y``), as transformers finds them, in a stable order."""
     from transformers.dynamic_module_utils import get_relative_import_files
 
@@ -66,21 +65,29 @@ def shipped_files() -> list[Path]:
 @contextlib.contextmanager
 def remote_code(model, tokenizer=None) -> Iterator[None]:
     """Within the block, saves (``save_pretrained``, ``push_to_hub``) of ``model``, its config and ``tokenizer`` carry
-    their code: each is registered with ``register_for_auto_class`` (the model for the Auto class of its class).
+    their code: each is registered with ``register_for_auto_class`` (the model for the Auto class of its class), and
+    the config's ``auto_map`` and ``custom_pipelines`` name every Auto class of ``AUTO_MAP`` and the pipeline, as far
+    as the saved folder holds their code (a folder of [`save_with_remote_code`] holds it all; a push from here, the
+    saved class's module and what it imports: the base model, the pipeline, the config).
 
-    transformers' registration is class-wide (``_auto_class`` is a class attribute): the classes' earlier settings
-    come back when the block ends, so that later saves in this process stay plain.
+    transformers' registration is class-wide (``_auto_class`` is a class attribute): the classes' earlier settings,
+    and the config's ``auto_map`` and ``custom_pipelines``, come back when the block ends, so that later saves in this
+    process stay plain.
     """
     name = type(model).__name__
     if name not in AUTO_CLASSES:
         raise ValueError(f"no Auto class for {name}: remote code is for {', '.join(AUTO_CLASSES)}")
     classes = [type(model), type(model.config)] + ([type(tokenizer)] if tokenizer is not None else [])
     before = [cls.__dict__.get("_auto_class", _UNSET) for cls in classes]
+    fields = {key: vars(model.config)[key] for key in CODE_FIELDS if key in vars(model.config)}
     try:
         model.register_for_auto_class(AUTO_CLASSES[name])
         model.config.register_for_auto_class()
         if tokenizer is not None:
             tokenizer.register_for_auto_class()
+        # The model's save keeps the entries whose code its folder holds (auto_map_elmo.code_for_save).
+        model.config.auto_map = copy.deepcopy(AUTO_MAP)
+        model.config.custom_pipelines = copy.deepcopy(CUSTOM_PIPELINES)
         yield
     finally:
         for cls, value in zip(classes, before, strict=True):
@@ -88,20 +95,30 @@ def remote_code(model, tokenizer=None) -> Iterator[None]:
                 delattr(cls, "_auto_class")
             else:
                 cls._auto_class = value
+        for key in CODE_FIELDS:
+            if key in vars(model.config):
+                delattr(model.config, key)
+        for key, value in fields.items():
+            setattr(model.config, key, value)
 
 
 def save_with_remote_code(model, tokenizer, folder: str | os.PathLike) -> None:
-    """Save ``model`` and ``tokenizer`` into ``folder`` with their code, loadable without this package
-    (``trust_remote_code=True``); a tagger also names its pipeline for ``"token-classification"``."""
+    """Save ``model`` and ``tokenizer`` into ``folder`` with the code of every class in ``AUTO_MAP`` and of the
+    token-classification pipeline: it loads without this package (``trust_remote_code=True``) through any of those
+    Auto classes, and the stock ``"token-classification"`` task runs ELMo's pipeline class on it. The config then
+    holds the ``auto_map`` and ``custom_pipelines`` written there."""
+    os.makedirs(folder, exist_ok=True)
+    for path in shipped_files():  # first: the model's save keeps the auto_map entries whose code the folder holds
+        shutil.copyfile(path, Path(folder) / path.name)
     with remote_code(model, tokenizer):
-        if type(model).__name__ == "ElmoForTokenClassification":
-            from ..pipelines_elmo import ElmoTokenClassificationPipeline
-
-            # Pipeline.save_pretrained: the documented way to share a pipeline class (custom_pipelines + its file).
-            ElmoTokenClassificationPipeline(model=model, tokenizer=tokenizer).save_pretrained(folder)
-        else:
-            model.save_pretrained(folder)
-            tokenizer.save_pretrained(folder)
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    # As transformers' own save with code leaves it: the config names the code of the folder it was saved to (its
+    # card says how to load it; a later plain save leaves these out, see auto_map_elmo.code_for_save).
+    saved = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))
+    for key in CODE_FIELDS:
+        if key in saved:
+            setattr(model.config, key, saved[key])
 
 
 def _is_hub_id(name: str) -> bool:
