@@ -125,7 +125,8 @@ def test_two_processes_under_torchrun_give_the_folder_of_one(tiny_dir, tmp_path)
 
 def test_a_killed_run_is_finished_by_a_rerun_that_redoes_only_the_rest(tiny_dir, tmp_path):
     """SIGKILL once 3 shards are there; the rerun skips exactly the complete shards (same inode and mtime: not
-    rewritten, and says so), writes the others, and the folder equals an uninterrupted run's."""
+    rewritten, and says so; hidden until the folder is complete, then under their names), writes the others, and
+    the folder equals an uninterrupted run's."""
     text = corpus(tmp_path / "input.txt", 400)
     flags = ["--train_file", text, "--model", tiny_dir, "--shard_size", "8", "--disable_tqdm"]
     out = tmp_path / "out"
@@ -139,8 +140,9 @@ def test_a_killed_run_is_finished_by_a_rerun_that_redoes_only_the_rest(tiny_dir,
     complete = {p.name: os.stat(p) for p in out.glob("*.parquet")}
     assert 3 <= len(complete) < 50, f"{len(complete)} shards when killed: not mid-way"
     assert run_cli("embed", *flags, "--output_dir", out) == 0
+    assert all(name.startswith(".") for name in complete)  # `load_dataset` does not read an unfinished folder
     for name, before in complete.items():
-        after = os.stat(out / name)
+        after = os.stat(out / name.removeprefix("."))
         assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), name
     assert run_cli("embed", *flags, "--output_dir", tmp_path / "clean") == 0
     same_folder(out, tmp_path / "clean")
@@ -187,8 +189,8 @@ def test_full_disk_stops_with_one_error_line_and_keeps_the_complete_shards(tiny_
         "error: could not write shard 1 (train-00001-of-00002.parquet): File too large (errno 27); its temporary "
         "file was removed and the complete shards were kept: free some space and run the same command again to go on"
     ], failed.stderr[-3000:]
-    assert sorted(os.listdir(out)) == [METADATA_NAME, "train-00000-of-00002.parquet"]
-    before = os.stat(out / "train-00000-of-00002.parquet")
+    assert sorted(os.listdir(out)) == [".train-00000-of-00002.parquet", METADATA_NAME]  # complete, hidden until all are
+    before = os.stat(out / ".train-00000-of-00002.parquet")
     done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "shard 0 (train-00000-of-00002.parquet) is complete: skipped" in done.stderr
