@@ -141,6 +141,10 @@ def build_pre_tokenizer(
     )
 
 
+# Building one compiles the whole pattern (~6 ms): a tokenizer with added special tokens reuses its own.
+_cached_pre_tokenizer = functools.lru_cache(maxsize=16)(build_pre_tokenizer)
+
+
 # ~590 bytes a word: 16,384 words hold ~9 MiB (65,536 held 37 MiB, which a large vocabulary filled over a long
 # corpus, issue 26, 17); Zipf-distributed text still hits it for ~80% of its words.
 @functools.lru_cache(maxsize=1 << 14)
@@ -468,9 +472,13 @@ class ElmoTokenizer(TokenizersBackend):
 
     def _kept_whole(self) -> tuple[str, ...]:
         """The special tokens a user added (``add_special_tokens``): one word each in raw text. The tokenizer's own
-        pad token stays characters there (its id is no word of the biLM's vocabulary)."""
+        pad token stays characters there (its id is no word of the biLM's vocabulary); ``<S>``, ``</S>`` and
+        ``<UNK>`` are whole words of the pre-tokenizer already."""
         decoder = self._tokenizer.get_added_tokens_decoder()
-        return tuple(token.content for token in decoder.values() if token.special and token.content != self.pad_token)
+        if len(decoder) <= 4:  # only the tokenizer's own four (the common case: skip the attribute lookups)
+            return ()
+        own = {str(self.pad_token), str(self.bos_token), str(self.eos_token), str(self.unk_token)}
+        return tuple(sorted(token.content for token in decoder.values() if token.special and token.content not in own))
 
     def _run_backend(
         self,
@@ -515,7 +523,7 @@ class ElmoTokenizer(TokenizersBackend):
             else:
                 backend.encode_special_tokens = bool(split_special_tokens)
                 if keep_whole:
-                    backend.pre_tokenizer = build_pre_tokenizer(self.split_punctuation, keep_whole)
+                    backend.pre_tokenizer = _cached_pre_tokenizer(self.split_punctuation, keep_whole)
             encodings = backend.encode_batch(rust_inputs, add_special_tokens=False, is_pretokenized=is_split_into_words)
         except (TypeError, ValueError):
             raise

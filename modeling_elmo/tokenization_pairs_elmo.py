@@ -150,14 +150,16 @@ def words_of(encoding, source: str | list[str] | tuple, is_split_into_words: boo
     """
     words: list[str | None] = []
     previous = None
-    sequence_ids = encoding.sequence_ids
+    is_pair = isinstance(source, tuple)
+    # A single text is sequence 0 throughout (the backend's sequence_ids are only read for pairs).
+    sequence_ids = encoding.sequence_ids if is_pair else [0] * len(encoding)
     for mask, sequence, word_id, (start, end) in zip(
         encoding.attention_mask, sequence_ids, encoding.word_ids, encoding.offsets, strict=True
     ):
         if not mask:
             words.append(None)
             continue
-        text = source[sequence or 0] if isinstance(source, tuple) else source
+        text = source[sequence or 0] if is_pair else source
         if is_split_into_words and word_id is not None:
             if (sequence, word_id) == previous:
                 raise ValueError(
