@@ -19,6 +19,7 @@ from torch import nn
 
 from .characters import NUM_CHARACTERS
 from .configuration_elmo import check_model_name
+from .graph_path_elmo import in_graph
 
 
 def check_inputs(
@@ -54,8 +55,12 @@ def check_inputs(
     if input_ids.dtype not in (torch.int64, torch.int32):
         raise ValueError(f"input_ids must hold integer character ids (int64 or int32), got dtype {input_ids.dtype}")
     if attention_mask is None:
-        check_character_ids(input_ids, n_characters)
-        return input_ids.ne(0).any(dim=-1)
+        mask = input_ids.ne(0).any(dim=-1)
+        if in_graph():
+            _assert_in_graph(input_ids, mask, None, n_characters)
+        else:
+            check_character_ids(input_ids, n_characters)
+        return mask
     if not isinstance(attention_mask, torch.Tensor):
         raise TypeError(
             f"attention_mask must be a torch.Tensor of 0/1 (bool or integer dtype), got {type(attention_mask).__name__}"
@@ -65,12 +70,16 @@ def check_inputs(
             f"attention_mask must have shape (batch, words) = {tuple(input_ids.shape[:2])}, "
             f"got {tuple(attention_mask.shape)}"
         )
+    if attention_mask.dtype != torch.bool and (attention_mask.is_floating_point() or attention_mask.is_complex()):
+        raise ValueError(
+            f"attention_mask must have a bool or integer dtype (1 for words, 0 for padding), got "
+            f"{attention_mask.dtype}; pass mask.long() or mask.bool() if it holds only 0 and 1"
+        )
+    if in_graph():
+        mask = attention_mask.bool()
+        _assert_in_graph(input_ids, mask, attention_mask, n_characters)
+        return mask
     if attention_mask.dtype != torch.bool:
-        if attention_mask.is_floating_point() or attention_mask.is_complex():
-            raise ValueError(
-                f"attention_mask must have a bool or integer dtype (1 for words, 0 for padding), got "
-                f"{attention_mask.dtype}; pass mask.long() or mask.bool() if it holds only 0 and 1"
-            )
         bad = attention_mask.ne(0) & attention_mask.ne(1)
         if bad.any():
             where = tuple(bad.nonzero()[0].tolist())
@@ -86,6 +95,26 @@ def check_inputs(
     # word-level pad id, e.g. 10000), and the model reads zeros there instead (ElmoModel.forward).
     check_character_ids(input_ids[mask], n_characters)
     return mask
+
+
+def _assert_in_graph(
+    input_ids: torch.Tensor, mask: torch.Tensor, attention_mask: torch.Tensor | None, n_characters: int
+) -> None:
+    """The value checks of [`check_inputs`] inside a compiled or exported graph, which cannot read tensor values
+    into Python: ``torch._assert_async`` (no host sync, no graph break; ``RuntimeError`` with the same messages,
+    raised when the graph runs). Shapes and dtypes are checked in Python as in eager: they are known when tracing."""
+    if attention_mask is not None:
+        if attention_mask.dtype != torch.bool:
+            binary = (attention_mask.eq(0) | attention_mask.eq(1)).all()
+            torch._assert_async(binary, "attention_mask must hold only 0 (padding) and 1 (words)")
+        prefix = torch.arange(mask.shape[1], device=mask.device) < mask.sum(dim=1, keepdim=True)
+        torch._assert_async(
+            mask.eq(prefix).all(), "attention_mask must be right-padded: the words of a sentence first, then padding"
+        )
+    bad = (input_ids.lt(0) | input_ids.ge(n_characters)) & mask.unsqueeze(-1)  # only the words' ids
+    torch._assert_async(
+        bad.logical_not().all(), f"character ids must be in [0, {n_characters}); is this the output of ElmoTokenizer?"
+    )
 
 
 def check_character_ids(ids: torch.Tensor, n_characters: int = NUM_CHARACTERS) -> None:

@@ -20,6 +20,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from .graph_path_elmo import in_graph
+
 BOTH_DIRECTIONS = slice(0, 2)
 
 
@@ -82,7 +84,8 @@ def cpu_tanh(x: torch.Tensor) -> torch.Tensor:
     (measured), and the LSTM's two tanh per step were its largest element-wise cost. Smaller tensors (a step of a
     few rows) take the one call: the three extra calls cost more there than they save."""
     if (
-        x.device.type != "cpu"
+        in_graph()  # compiled: one call that inductor fuses; and no guard on the tensor's size
+        or x.device.type != "cpu"
         or x.dtype != torch.float32
         or x.numel() < 1 << 15
         or (torch.is_grad_enabled() and x.requires_grad)
@@ -118,7 +121,8 @@ def prepacked(layer: nn.Module, x: torch.Tensor, weight: int) -> list[torch.Tens
         return None
     weights = (layer.input_kernel, layer.state_kernel, layer.projection)
     if (
-        x.device.type != "cpu"
+        in_graph()  # compiled or exported: the plain products (a prepacked copy is looked up by data pointer)
+        or x.device.type != "cpu"
         or x.dtype != layer.input_kernel.dtype
         or weights[weight][0].numel() < layer.prepack_min_elements
         or (x.dtype == torch.float32 and x.shape[-2] < layer.prepack_min_rows)

@@ -49,6 +49,8 @@ from .characters import PADDING_CHAR, begin_of_sentence_ids, end_of_sentence_ids
 from .checks_elmo import check_inputs, check_loaded, check_source, follow_umask, mismatched_shapes
 from .configuration_elmo import ElmoConfig
 from .fast_path_elmo import BOTH_DIRECTIONS, PrepackedProducts, cpu_tanh
+from .graph_path_elmo import graph_layers, in_graph
+from .graph_path_elmo import reverse_padded as _reverse_padded
 from .lstm_state_elmo import ElmoLstmState, LstmState
 from .manylangs import PAD_CHAR as MANYLANGS_PAD_CHAR
 from .manylangs import ElmoWordInput, append_word_ids, boundary_rows
@@ -342,13 +344,6 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         output = torch.cat(outputs, dim=1) if outputs else torch.zeros_like(inputs)
         # Rows that ended last come first: the batch is sorted by length.
         return output, torch.cat([h, *ended_h[::-1]], dim=1), torch.cat([c, *ended_c[::-1]], dim=1)
-
-
-def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reverse each row of ``x (B, T, ...)`` within its length; positions past the length stay put."""
-    steps = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
-    index = torch.where(steps < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - steps, steps)
-    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
 class ElmoBiLm(nn.Module):
@@ -927,6 +922,13 @@ class ElmoModel(ElmoPreTrainedModel):
 
         With ``state``, row ``b`` starts from its row ``b`` and the rows with words are updated in place.
         """
+        if in_graph():  # torch.compile / torch.export: the same function without data-dependent control flow
+            if state is not None:
+                raise ValueError(
+                    "a carried LSTM state (lstm_state=, config.stateful) is not supported under torch.compile or "
+                    "torch.export: run the model eagerly, or stateless"
+                )
+            return graph_layers(self, input_ids, mask)
         batch, words = mask.shape
         width = 2 * self.config.projection_dim
         lengths = mask.sum(dim=1)

@@ -21,6 +21,7 @@ SHIPPED = {
     "crf.py",
     "deprecated_paths.py",  # the old modeling_elmo.utils paths, for one release
     "fast_path_elmo.py",
+    "graph_path_elmo.py",
     "lstm_state_elmo.py",
     "manylangs.py",
     "modeling_elmo.py",

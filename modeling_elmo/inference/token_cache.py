@@ -67,7 +67,8 @@ class TokenCache:
         vectors = cached.index_select(0, slots.clamp(min=0))
         missing = slots.lt(0).nonzero().squeeze(1)
         if missing.numel():
-            vectors[missing] = model.char_cnn(unique.index_select(0, missing))
+            # in the cache's dtype: under torch.autocast the encoder returns bfloat16 or float16
+            vectors[missing] = model.char_cnn(unique.index_select(0, missing)).to(vectors.dtype)
         return vectors
 
 

@@ -1,0 +1,117 @@
+"""ElmoModel's graph path: the same function as the eager forward, with no data-dependent Python control flow, for
+``torch.compile(fullgraph=True)`` (also with ``mode="reduce-overhead"``, CUDA graphs) and ``torch.export``.
+
+``ElmoModel._compute_layers`` chooses it at one place, [`in_graph`]: while torch compiles or exports, else the eager
+path runs (packed steps with a Python loop over their batch sizes, unique words, the length-split character CNN,
+oneDNN's prepacked products: fast in eager, but each of them reads tensor values into Python).
+
+What differs from the eager path, and why the outputs are the same (within float rounding, 1e-5 in float32):
+
+- the character CNN over all ``C`` positions of every word slot, boundaries and padding included (the eager path
+  stops at the longest word, whose windows past it equal this one's; padded slots are zeroed afterwards);
+- ``<S>``/``</S>`` placed by comparisons with the lengths, not by indexing with Python ints;
+- each biLSTM layer as one ``scan`` (``torch._higher_order_ops.scan``) over all ``T = W + 2`` steps, both
+  directions at once, with the layer's own products and cell (``ElmoBiLstmLayer.cell``). The backward direction
+  reads each sentence reversed within its length, so the steps past a sentence's end come after its real steps
+  and never reach them; outputs there are zeroed at the end. ``T`` stays a symbolic size: no recompilation per
+  sentence length (torch.compile's dynamic shapes) and an ONNX ``Scan`` on export.
+
+Not on the graph path: a carried LSTM state (``lstm_state=``, ``config.stateful``: each row's state is looked up by
+value), stream mode and the token cache. The final LSTM states are not returned from the scan: on torch 2.13,
+inductor's backward of ``scan`` is wrong when the final carry receives a gradient (measured; ``aot_eager`` is right).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def in_graph() -> bool:
+    """Whether torch is compiling (``torch.compile``) or exporting (``torch.export``) the code that calls this."""
+    return torch.compiler.is_compiling() or torch.compiler.is_exporting()
+
+
+def _scan():
+    try:
+        from torch._higher_order_ops import scan
+    except ImportError as error:  # older torch
+        raise RuntimeError(f"ELMo's graph path needs torch with torch._higher_order_ops.scan: {error}") from error
+    return scan
+
+
+def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverse each row of ``x (B, T, ...)`` within its length ``lengths (B,)``; positions past it stay put."""
+    steps = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+    index = torch.where(steps < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - steps, steps)
+    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
+
+
+def encode_characters(cnn: nn.Module, char_ids: torch.Tensor) -> torch.Tensor:
+    """[`ElmoCharacterEncoder`]'s function over all ``C`` positions: ``(..., C)`` ids (``(..., C + 1)`` with the
+    word id last for a model with a word input) -> ``(..., P)``."""
+    batch_shape = char_ids.shape[:-1]
+    char_ids = char_ids.reshape(-1, char_ids.shape[-1])
+    word_ids = None
+    if cnn.word_input is not None:
+        char_ids, word_ids = char_ids[:, :-1], char_ids[:, -1]
+    embedded = cnn.char_embedding(char_ids).transpose(1, 2)  # (N, dim, C)
+    # Max over positions, then the activation: the original's order (relu and tanh are monotonic).
+    x = torch.cat([cnn.activation(conv(embedded).amax(dim=-1)) for conv in cnn.convolutions], dim=-1)
+    for highway in cnn.highways:
+        x = highway(x)
+    x = cnn.projection(x)
+    if word_ids is not None:
+        x = x + cnn.word_input(word_ids)
+    return x.reshape(*batch_shape, -1)
+
+
+def run_layer(layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """One [`ElmoBiLstmLayer`], both directions, from zero states: ``inputs (2, B, T, P)`` (index 1 already
+    reversed within each sentence) -> outputs ``(2, B, T, P)`` in the same layout, the residual added."""
+    _, batch, steps, width = inputs.shape
+    bias = layer.gate_bias()
+    gates_in = layer.input_gates(inputs.reshape(2, batch * steps, width), bias)  # (2, B * T, 4D)
+    gates_in = gates_in.reshape(2, batch, steps, -1).permute(2, 0, 1, 3)  # (T, 2, B, 4D), time first for scan
+    proj_clip = layer.proj_clip
+
+    def step(carry, gates_t):
+        h, c = carry
+        c, memory = layer.cell(layer.add_state_gates(gates_t, h), c)
+        h = layer.project(memory)
+        if proj_clip is not None:
+            h = h.clamp(-proj_clip, proj_clip)
+        return (h, c), h.clone()  # scan refuses an output that aliases the carry
+
+    h0 = gates_in.new_zeros(2, batch, width, dtype=inputs.dtype)
+    c0 = gates_in.new_zeros(2, batch, layer.lstm_dim, dtype=layer.state_dtype(bias.dtype))
+    _, outputs = _scan()(step, (h0, c0), gates_in)  # (T, 2, B, P); the final carry is dropped (see the docstring)
+    outputs = outputs.permute(1, 2, 0, 3)
+    return outputs + inputs if layer.residual else outputs
+
+
+def graph_layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+    """``ElmoModel._compute_layers`` without a carried state: the ``L + 1`` layers ``(B, W, 2P)`` of ``input_ids``
+    ``(B, W, C)`` (zero at padding) under ``mask`` ``(B, W)`` bool, zero where ``mask`` is False."""
+    batch, words, chars = input_ids.shape
+    lengths = mask.sum(dim=1)  # (B,)
+    positions = torch.arange(words + 2, device=input_ids.device).unsqueeze(0)  # (1, T)
+    # <S> w_1 .. w_n </S> 0 .. 0: the words shifted by one, </S> where the position is n + 1.
+    bos, eos = model.boundary_ids.to(input_ids.dtype)
+    words_only = input_ids * mask.unsqueeze(-1).to(input_ids.dtype)
+    ids = torch.cat([bos.expand(batch, 1, chars), words_only, input_ids.new_zeros(batch, 1, chars)], dim=1)
+    ids = torch.where((positions == (lengths + 1).unsqueeze(1)).unsqueeze(-1), eos, ids)
+    steps = lengths + 2
+    encoded = encode_characters(model.char_cnn, ids)  # (B, T, P), in autocast's dtype under autocast
+    tokens = encoded * (positions < steps.unsqueeze(1)).unsqueeze(-1).to(encoded.dtype)
+    inputs = torch.stack([tokens, reverse_padded(tokens, steps)])  # (2, B, T, P)
+    layers = [torch.cat([tokens, tokens], dim=-1)]
+    for layer in model.bilm.layers:
+        inputs = run_layer(layer, inputs)
+        layers.append(torch.cat([inputs[0], reverse_padded(inputs[1], steps)], dim=-1))
+    # Drop <S> (position 0) and </S> (position n + 1, which the mask zeroes).
+    keep = mask.unsqueeze(-1).to(tokens.dtype)
+    return [layer[:, 1 : words + 1] * keep for layer in layers]
+
+
+__all__ = ["encode_characters", "graph_layers", "in_graph", "reverse_padded", "run_layer"]

@@ -1,0 +1,162 @@
+"""torch.compile and torch.export of ElmoModel (issue 43): the graph path (modeling_elmo/graph_path_elmo.py).
+
+Before the graph path, ``torch.compile(model, fullgraph=True)`` failed at the ``.item()`` of the character CNN and
+``torch.export.export`` at the input check ``if bad.any():``. Most tests here compile with the ``aot_eager`` backend
+(dynamo's graph capture and AOT autograd, exactly what fullgraph checks, without inductor's minutes of C++ compiling
+on a small CPU); inductor itself runs in the slow tests."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import BATCHING_ATOL, TINY
+
+from modeling_elmo import ElmoConfig, ElmoModel
+
+# Each test traces the model (10-60 s on a small shared CPU): all are slow-marked (CI still runs them).
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
+
+
+def _model(**overrides) -> ElmoModel:
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(**{**TINY, "freeze_bilm": False, "elmo_dropout": 0.0, **overrides}))
+    with torch.no_grad():  # non-zero mix weights, so that "elmo" is not the plain mean of the layers
+        model.scalar_mixes[0].scalar_parameters.copy_(torch.tensor([0.5, -1.0, 1.0]))
+    return model
+
+
+def _batch(rows: int, words: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random words, right-padded to ``words``; row 0 full, the others of random lengths (0 included)."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, words + 1, (rows,), generator=generator)
+    lengths[0] = words
+    mask = torch.arange(words) < lengths.unsqueeze(1)
+    ids = torch.randint(1, 262, (rows, words, 50), generator=generator)
+    ids[..., 20:] = 260  # padding characters after the word, as the tokenizer writes them
+    return ids * mask.unsqueeze(-1), mask.long()
+
+
+def _grads(model: ElmoModel) -> list[torch.Tensor]:
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    return grads
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_fullgraph_compile_equals_eager(training):
+    model = _model().train(training)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    for rows, words in [(3, 5), (4, 7), (2, 9)]:  # the second shape compiles the dynamic graph, the third reuses it
+        ids, mask = _batch(rows, words)
+        with torch.set_grad_enabled(training):
+            out = compiled(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+            ref = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        for got, want in zip((out.elmo, *out.hidden_states), (ref.elmo, *ref.hidden_states), strict=True):
+            torch.testing.assert_close(got, want, atol=BATCHING_ATOL, rtol=0)
+            assert not got[~mask.bool()].any()  # padding exactly zero
+        torch.testing.assert_close(out.mask, ref.mask, atol=0, rtol=0)
+        if training:
+            out.elmo.square().sum().backward()
+            got = _grads(model)
+            ref.elmo.square().sum().backward()
+            for g, w in zip(got, _grads(model), strict=True):
+                torch.testing.assert_close(g, w, atol=BATCHING_ATOL * max(1.0, w.abs().max().item()), rtol=1e-4)
+
+
+def test_recompiles_stay_bounded_over_lengths_1_to_100_and_batches_1_to_64():
+    """The bound: 8 graphs per grad mode, whatever the batch (1-64) and sentence length (1-100).
+
+    By construction: the graph path has no Python branch on a size or a value (the time loop is one scan over a
+    symbolic T), so dynamo compiles the first shape statically, then graphs with batch B and words W symbolic, split
+    only by its own guards: sizes 1 are specialised (0/1 specialisation: B = 1 or not, W = 1 or not) and the
+    convolution's shape rule guards on B * (W + 2) >= 16. Of the 2 x 2 x 2 cases, B = W = 1 has only the small one:
+    1 + 1 + 2 + 2 + 2 = 8 (measured with TORCH_LOGS=recompiles, torch 2.13). The grid holds every case and both ends
+    of both ranges."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    counter = CompileCounter()
+    model = _model().eval()
+    compiled = torch.compile(model, fullgraph=True, backend=counter)
+    shapes = [(2, 3), (5, 9)] + [(b, w) for b in (1, 2, 17, 64) for w in (1, 2, 33, 100)] + [(64, 57), (7, 1)]
+    with torch.no_grad():
+        for rows, words in shapes:
+            ids, mask = _batch(rows, words, seed=rows * 1000 + words)
+            compiled(input_ids=ids, attention_mask=mask)
+    assert counter.frame_count <= 8, counter.frame_count
+
+
+@pytest.mark.parametrize(
+    "mask_change, message",
+    [
+        (lambda m: m.index_fill(1, torch.tensor([0]), 0), "right-padded"),
+        (lambda m: m * 2, "only 0 .padding. and 1"),
+    ],
+    ids=["left-padded", "not-0-1"],
+)
+def test_input_checks_hold_inside_the_compiled_graph(mask_change, message):
+    """Value checks run as torch._assert_async in the graph (no graph break under fullgraph): the same message, as a
+    RuntimeError when the graph runs. Shape checks stay Python errors, raised while tracing."""
+    compiled = torch.compile(_model().eval(), fullgraph=True, backend="aot_eager")
+    ids, mask = _batch(3, 5)
+    with torch.no_grad(), pytest.raises(RuntimeError, match=message):
+        compiled(input_ids=ids, attention_mask=mask_change(mask))
+    bad_ids = ids.clone()
+    bad_ids[0, 0, 0] = 300
+    with torch.no_grad(), pytest.raises(RuntimeError, match=r"character ids must be in \[0, 262\)"):
+        compiled(input_ids=bad_ids, attention_mask=mask)
+    with torch.no_grad(), pytest.raises(Exception, match=r"input_ids must be a \(batch, words, 50\) tensor"):
+        compiled(input_ids=ids[..., :40], attention_mask=mask)
+
+
+def test_a_carried_state_is_refused_under_compile():
+    compiled = torch.compile(_model().eval(), fullgraph=True, backend="aot_eager")
+    ids, mask = _batch(2, 4)
+    with torch.no_grad(), pytest.raises(Exception, match="carried LSTM state"):
+        compiled(input_ids=ids, attention_mask=mask, return_lstm_state=True)
+
+
+def test_inductor_inference_equals_eager():
+    """Inductor's fused kernels (what a CUDA build turns into Triton kernels): outputs within 1e-5 of eager."""
+    model = _model().eval()
+    compiled = torch.compile(model, fullgraph=True)
+    ids, mask = _batch(3, 6)
+    with torch.no_grad():
+        out = compiled(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        ref = model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    for got, want in zip(out.hidden_states, ref.hidden_states, strict=True):
+        torch.testing.assert_close(got, want, atol=BATCHING_ATOL, rtol=0)
+
+
+def _stock_program(model: ElmoModel, ids: torch.Tensor, mask: torch.Tensor):
+    batch, words = torch.export.Dim("batch", min=1, max=4096), torch.export.Dim("words", min=1, max=4096)
+    dims = {"input_ids": {0: batch, 1: words}, "attention_mask": {0: batch, 1: words}}
+    with torch.no_grad():
+        return torch.export.export(model, (), {"input_ids": ids, "attention_mask": mask}, dynamic_shapes=dims)
+
+
+def test_torch_export_of_the_stock_model_with_dynamic_batch_and_words_and_onnx(tmp_path):
+    """torch.export.export on ElmoModel itself (no wrapper), then torch.onnx.export(..., dynamo=True) from the
+    program, run in onnxruntime: both equal eager at other batch sizes and lengths than the example's."""
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    model = _model().eval()
+    program = _stock_program(model, *_batch(3, 5))
+    onnx_program = torch.onnx.export(
+        program, (), kwargs=dict(zip(("input_ids", "attention_mask"), _batch(3, 5), strict=True)), dynamo=True
+    )
+    onnx_program.save(str(tmp_path / "elmo.onnx"))
+    session = ort.InferenceSession(str(tmp_path / "elmo.onnx"), providers=["CPUExecutionProvider"])
+    for rows, words in [(4, 8), (2, 3), (6, 2)]:
+        ids, mask = _batch(rows, words, seed=rows + words)
+        with torch.no_grad():
+            want = model(input_ids=ids, attention_mask=mask)
+            got = program.module()(input_ids=ids, attention_mask=mask)
+        for g, w in zip((got.elmo, got.last_hidden_state), (want.elmo, want.last_hidden_state), strict=True):
+            torch.testing.assert_close(g, w, atol=BATCHING_ATOL, rtol=0)
+        elmo = session.run(None, {"input_ids": ids.numpy(), "attention_mask": mask.numpy()})[0]
+        torch.testing.assert_close(torch.from_numpy(elmo), want.elmo, atol=BATCHING_ATOL, rtol=0)
+    # The program keeps the input checks (torch._assert_async): a left-padded mask is refused when it runs.
+    ids, mask = _batch(3, 5)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="right-padded"):
+        program.module()(input_ids=ids, attention_mask=mask.index_fill(1, torch.tensor([0]), 0))
