@@ -7,11 +7,12 @@ below build them from word lists, as ``tokenizer(a, b)`` gives them."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
 from helpers import BATCHING_ATOL, TINY
-from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments
+from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments, pipeline
 
 from modeling_elmo import ElmoConfig, ElmoForSequenceClassification, ElmoModel, ElmoTokenizer, demo_model_path
 from modeling_elmo.pairs_elmo import merge_pairs, pair_layout, split_pairs
@@ -261,19 +262,27 @@ def collate(items):
     return batch | {"labels": torch.tensor([item["labels"] for item in items])}
 
 
-def test_trainer_learns_a_pair_task_with_the_demo_bilm(tmp_path):
-    """The pair head learns "does the second sentence name the first's entity?" (a question no single text
-    answers) with the stock Trainer; held-out accuracy."""
+LABELS = {0: "contradiction", 1: "entailment"}  # "entailment" is the label zero-shot-classification looks for
+
+
+@pytest.fixture(scope="module")
+def trained_pair_folder(tmp_path_factory) -> Path:
+    """The demo biLM with the pair head trained by the stock Trainer on "does the second sentence name the first's
+    entity?" (1: entailment), saved with its tokenizer."""
     path = demo_model_path()
     tokenizer = ElmoTokenizer.from_pretrained(path)
     torch.manual_seed(0)
     model = AutoModelForSequenceClassification.from_pretrained(
-        path, num_labels=2, classifier_hidden_size=32, classifier_dropout=0.0, elmo_dropout=0.0
+        path,
+        id2label=LABELS,
+        label2id={v: k for k, v in LABELS.items()},
+        classifier_hidden_size=32,
+        classifier_dropout=0.0,
+        elmo_dropout=0.0,
     )
-    train_pairs, train_labels = entity_pairs(256, seed=1)
-    test_pairs, test_labels = entity_pairs(64, seed=2)
+    folder = tmp_path_factory.mktemp("pairs")
     args = TrainingArguments(
-        output_dir=str(tmp_path),
+        output_dir=str(folder / "run"),
         per_device_train_batch_size=16,
         num_train_epochs=6,
         learning_rate=3e-3,
@@ -283,13 +292,57 @@ def test_trainer_learns_a_pair_task_with_the_demo_bilm(tmp_path):
         use_cpu=True,
         seed=0,
     )
-    dataset = PairDataset(tokenizer, train_pairs, train_labels)
+    dataset = PairDataset(tokenizer, *entity_pairs(256, seed=1))
     Trainer(model=model, args=args, train_dataset=dataset, data_collator=collate).train()
+    model.save_pretrained(folder / "model")
+    tokenizer.save_pretrained(folder / "model")
+    return folder / "model"
+
+
+@pytest.mark.slow  # the shared fixture trains the pair head for 96 steps
+def test_trainer_learns_a_pair_task_with_the_demo_bilm(trained_pair_folder):
+    """The pair head learns a question no single text answers; held-out accuracy after reloading the folder."""
+    model = AutoModelForSequenceClassification.from_pretrained(trained_pair_folder).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(trained_pair_folder)
+    test_pairs, test_labels = entity_pairs(64, seed=2)
     with torch.no_grad():
-        logits = model.eval()(**encode_pairs(tokenizer, test_pairs)).logits
+        logits = model(
+            **tokenizer([a for a, _ in test_pairs], [b for _, b in test_pairs], padding=True, return_tensors="pt")
+        ).logits
+        by_hand = model(**encode_pairs(tokenizer, test_pairs)).logits
+    torch.testing.assert_close(logits, by_hand)  # tokenizer(a, b) is the layout the tests build by hand
     accuracy = float((logits.argmax(-1) == torch.tensor(test_labels)).float().mean())
     assert accuracy >= 0.8, accuracy
     assert model.config.problem_type == "single_label_classification"
+
+
+@pytest.mark.slow  # the shared fixture trains the pair head for 96 steps
+def test_text_classification_pipeline_takes_text_pair(trained_pair_folder):
+    classify = pipeline("text-classification", model=str(trained_pair_folder))
+    test_pairs, test_labels = entity_pairs(16, seed=3)
+    answers = classify([{"text": a, "text_pair": b} for a, b in test_pairs])
+    model, tokenizer = classify.model, classify.tokenizer
+    with torch.no_grad():
+        expected = model(
+            **tokenizer([a for a, _ in test_pairs], [b for _, b in test_pairs], padding=True, return_tensors="pt")
+        ).logits
+    assert [a["label"] for a in answers] == [LABELS[int(i)] for i in expected.argmax(-1)]
+    assert all(0.5 <= a["score"] <= 1 for a in answers)
+    assert sum(a["label"] == LABELS[t] for a, t in zip(answers, test_labels, strict=True)) >= 12
+
+
+@pytest.mark.slow  # the shared fixture trains the pair head for 96 steps
+def test_zero_shot_classification_on_the_entailment_folder(trained_pair_folder):
+    """zero-shot-classification pairs the sequence with one hypothesis per candidate and ranks their entailment: the
+    trained folder picks the entity the sequence names."""
+    zero_shot = pipeline("zero-shot-classification", model=str(trained_pair_folder))
+    right = 0
+    for sequence, entity in [("the report said that Paris was seen", "Paris"), ("a visit to Oslo on monday", "Oslo")]:
+        out = zero_shot(sequence, candidate_labels=["Berlin", entity, "Smith"], hypothesis_template="in {} said")
+        assert sorted(out["labels"]) == sorted(["Berlin", entity, "Smith"])
+        assert abs(sum(out["scores"]) - 1) < 1e-5
+        right += out["labels"][0] == entity
+    assert right == 2
 
 
 def test_pair_regression_fits_scores():

@@ -95,6 +95,7 @@ def toy_examples(n: int, seed: int) -> list[dict]:
     return examples
 
 
+@pytest.mark.slow  # 40 training steps on the demo biLM
 def test_trained_head_answers_through_the_pipeline_with_character_spans():
     """A few steps on the demo biLM teach "Which person is mentioned?"; the pipeline's answers are character spans
     of the context (``context[start:end] == answer``), top_k gives several, and a long context is read in windows."""

@@ -18,6 +18,7 @@ from transformers_common import load_or_skip
 from modeling_elmo import (
     ElmoConfig,
     ElmoForPreTraining,
+    ElmoForQuestionAnswering,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
@@ -37,6 +38,7 @@ ROLES = {
     "MODEL_FOR_PRETRAINING_MAPPING_NAMES": "ElmoForPreTraining",
     "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES": "ElmoForTokenClassification",
     "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES": "ElmoForSequenceClassification",
+    "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES": "ElmoForQuestionAnswering",
 }
 
 
@@ -186,7 +188,13 @@ class ElmoModelTester:
 
 
 class ElmoModelTest(ModelTesterMixin, unittest.TestCase):
-    all_model_classes = (ElmoModel, ElmoForPreTraining, ElmoForTokenClassification, ElmoForSequenceClassification)
+    all_model_classes = (
+        ElmoModel,
+        ElmoForPreTraining,
+        ElmoForTokenClassification,
+        ElmoForSequenceClassification,
+        ElmoForQuestionAnswering,
+    )
     # A biLSTM: no attention weights to return or mask patterns to test (as Mamba, RWKV, xLSTM).
     has_attentions = False
     # Character ids over a fixed 262-symbol set: no word vocabulary to resize (as CANINE).
@@ -236,6 +244,15 @@ class ElmoModelTest(ModelTesterMixin, unittest.TestCase):
             token_type_ids = torch.zeros(inputs_dict["input_ids"].shape[:2], dtype=torch.long)
             token_type_ids[0, token_type_ids.shape[1] // 2 :] = 1
             inputs_dict["token_type_ids"] = token_type_ids
+        if model_class is ElmoForQuestionAnswering:
+            # (question, context) pairs: the first two words the question, the rest the context; the answer (with
+            # labels) is the context's first word, as run_qa.py labels it (a word index in the row).
+            token_type_ids = torch.ones(inputs_dict["input_ids"].shape[:2], dtype=torch.long)
+            token_type_ids[:, :2] = 0
+            inputs_dict["token_type_ids"] = token_type_ids
+            if return_labels:
+                inputs_dict["start_positions"] = torch.full_like(inputs_dict["start_positions"], 2)
+                inputs_dict["end_positions"] = torch.full_like(inputs_dict["end_positions"], 2)
         return inputs_dict
 
     def test_config(self):
