@@ -1,14 +1,11 @@
 """Export ELMo for stateless inference: ``torch.export`` and ONNX, with dynamic batch size and sentence length.
 
-[`ElmoModel`] runs the biLSTM on packed steps whose count depends on the sentence lengths (a Python loop), and
-its character encoder skips positions past the longest word: both are data-dependent control flow that an
-exported graph cannot hold. [`ElmoExportWrapper`] computes the same function with a fixed structure:
-
-- the character CNN over all ``C`` positions of every word slot;
-- ``<S>``/``</S>`` placed by comparisons with the lengths (no indexing by Python ints);
-- each biLSTM layer as one ``scan`` (``torch._higher_order_ops.scan``) over all ``T = W + 2`` steps, both
-  directions at once; the backward direction reads each sentence reversed within its length, so the steps past
-  a sentence's end come after its real steps and never reach them. They are zeroed at the end.
+[`ElmoModel`]'s own forward exports too (``torch.export.export(model, (), kwargs)``, with the batch and word dimensions
+dynamic): while torch exports, ``ElmoModel`` runs its graph path (``modeling_elmo/graph_path_elmo.py``: the character
+CNN over all positions, ``<S>``/``</S>`` placed by comparisons, each biLSTM layer one ``scan``), and its input checks
+become ``torch._assert_async`` nodes. Those asserts hold in a ``torch.export`` program but not in ONNX: the ONNX
+exporter drops them, and a bad batch then gives plausible numbers (measured). [`ElmoExportWrapper`] runs the same graph
+path and adds what a graph without errors needs, the contract below (NaN for each sentence outside it).
 
 Outputs equal the eager model's on the words (about 1e-6); padded positions are exactly zero.
 
@@ -43,20 +40,13 @@ import importlib.util
 import os
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..characters import NUM_CHARACTERS
+from ..graph_path_elmo import graph_layers, in_graph
 
 INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAMES = ("elmo", "layers")
-
-
-def _reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reverse each row of ``x (B, T, ...)`` within its length; positions past the length stay put."""
-    steps = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
-    index = torch.where(steps < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - steps, steps)
-    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
 def _valid_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -69,15 +59,6 @@ def _valid_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.
     right_padded = (words == prefix).all(dim=1)
     bad_ids = ((input_ids < 0) | (input_ids >= NUM_CHARACTERS)) & words.unsqueeze(-1)
     return binary & right_padded & ~bad_ids.flatten(1).any(dim=1)
-
-
-def _scan():
-    try:
-        from torch._higher_order_ops import scan
-    except ImportError as error:  # older torch
-        message = f"exporting ELMo needs torch with torch._higher_order_ops.scan (torch >= 2.6): {error}"
-        raise RuntimeError(message) from error
-    return scan
 
 
 class ElmoExportWrapper(nn.Module):
@@ -100,76 +81,14 @@ class ElmoExportWrapper(nn.Module):
         self.model = model
         self.config = model.config
 
-    def _encode_characters(self, ids: torch.Tensor) -> torch.Tensor:
-        """``(B, T, C)`` character ids -> ``(B, T, P)``: the character CNN over all positions."""
-        cnn = self.model.char_cnn
-        batch, steps, chars = ids.shape
-        embedded = cnn.char_embedding(ids.reshape(batch * steps, chars)).transpose(1, 2)  # (N, dim, C)
-        # max over positions, then the activation (same as the original's order: relu and tanh are monotonic)
-        x = torch.cat([cnn.activation(conv(embedded).amax(dim=-1)) for conv in cnn.convolutions], dim=-1)
-        for highway in cnn.highways:
-            x = highway(x)
-        return cnn.projection(x).reshape(batch, steps, -1)
-
-    def _run_layer(self, layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
-        """One biLSTM layer, both directions: ``(2, B, T, P)`` -> ``(2, B, T, P)`` (index 1 reversed in time)."""
-        _, batch, steps, width = inputs.shape
-        d = layer.projection.shape[1]
-        bias = layer.bias + F.pad(layer.bias.new_ones(d), (2 * d, d))  # TensorFlow's forget bias 1
-        gates_in = torch.baddbmm(bias.unsqueeze(1), inputs.reshape(2, batch * steps, width), layer.input_kernel)
-        gates_in = gates_in.reshape(2, batch, steps, 4 * d).permute(2, 0, 1, 3)  # (T, 2, B, 4D)
-        state_kernel, projection = layer.state_kernel, layer.projection
-        cell_clip, proj_clip = layer.cell_clip, layer.proj_clip
-
-        def step(carry, gates_t):
-            h, c = carry
-            gates = gates_t + torch.bmm(h, state_kernel)
-            i, j, f, o = gates.chunk(4, dim=-1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(j)
-            if cell_clip is not None:
-                c = c.clamp(-cell_clip, cell_clip)
-            h = torch.bmm(torch.sigmoid(o) * torch.tanh(c), projection)
-            if proj_clip is not None:
-                h = h.clamp(-proj_clip, proj_clip)
-            return (h, c), h.clone()  # scan forbids an output aliasing the carry
-
-        init = (inputs.new_zeros(2, batch, width), inputs.new_zeros(2, batch, d))
-        _, outputs = _scan()(step, init, gates_in)  # (T, 2, B, P)
-        outputs = outputs.permute(1, 2, 0, 3)
-        return outputs + inputs if layer.residual else outputs
-
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # Eager calls refuse what the model refuses; a graph cannot hold the checks (see check_export_inputs).
-        if not (torch.compiler.is_compiling() or torch.compiler.is_exporting()):
+        if not in_graph():
             check_export_inputs(input_ids, attention_mask, self.config)
-        batch, words, chars = input_ids.shape
         mask = attention_mask.to(torch.bool)
-        lengths = mask.sum(dim=1)  # (B,)
-        positions = torch.arange(words + 2, device=input_ids.device).unsqueeze(0)  # (1, T)
-        # <S> w_1 .. w_n </S> 0 .. 0: the words shifted by one, </S> where the position is n + 1.
-        bos, eos = self.model.boundary_ids.to(input_ids.dtype)
-        ids = torch.cat(
-            [
-                bos.expand(batch, 1, chars),
-                # clamped: an id outside [0, 262) at a word is no index error, but a NaN row (see below)
-                (input_ids * mask.unsqueeze(-1).to(input_ids.dtype)).clamp(0, NUM_CHARACTERS - 1),
-                input_ids.new_zeros(batch, 1, chars),
-            ],
-            dim=1,
-        )
-        ids = torch.where((positions == (lengths + 1).unsqueeze(1)).unsqueeze(-1), eos, ids)
-        steps = lengths + 2
-        present = (positions < steps.unsqueeze(1)).unsqueeze(-1)  # (B, T, 1)
-
-        tokens = self._encode_characters(ids) * present.to(self.model.dtype)  # (B, T, P)
-        inputs = torch.stack([tokens, _reverse_padded(tokens, steps)])  # (2, B, T, P)
-        layers = [torch.cat([tokens, tokens], dim=-1)]
-        for layer in self.model.bilm.layers:
-            inputs = self._run_layer(layer, inputs)
-            layers.append(torch.cat([inputs[0], _reverse_padded(inputs[1], steps)], dim=-1))
-
-        keep = mask.unsqueeze(-1).to(tokens.dtype)
-        layers = [layer[:, 1 : words + 1] * keep for layer in layers]
+        # clamped: an id outside [0, 262) at a word is no index error, but a NaN row (see below)
+        ids = (input_ids * mask.unsqueeze(-1).to(input_ids.dtype)).clamp(0, NUM_CHARACTERS - 1)
+        layers = graph_layers(self.model, ids, mask)
         if len(self.model.scalar_mixes) > 0:
             elmo = self.model.scalar_mixes[0](layers, mask)
         else:
