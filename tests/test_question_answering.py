@@ -3,6 +3,7 @@ class, and the "elmo-question-answering" pipeline with answers as character span
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -141,3 +142,101 @@ def test_pipeline_refuses_bad_input():
         qa(question="", context="John went home")
     with pytest.raises(ValueError, match="top_k"):
         qa(question="who", context="John went home", top_k=0)
+
+
+@pytest.mark.slow  # a few Trainer steps on the demo biLM
+def test_run_qa_flow_features_trainer_and_post_processing(tmp_path):
+    """run_qa.py's calls in our words: windowed features with stride through Dataset.map (labels from the offsets and
+    sequence_ids; a window without the answer labelled with position 0), the stock Trainer and collator, predict(),
+    then the post-processing by offsets: the best span among the context's words of every window."""
+    datasets = pytest.importorskip("datasets")
+    from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
+
+    path = demo_model_path()
+    tokenizer = ElmoTokenizer.from_pretrained(path)
+    examples = toy_examples(48, seed=1)
+    raw = datasets.Dataset.from_list(
+        [
+            {
+                "id": str(i),
+                "question": QUESTION,
+                "context": e["context"],
+                "answer_start": e["answer_start"],
+                "answer": e["answer"],
+            }
+            for i, e in enumerate(examples)
+        ]
+    )
+
+    def features(batch):
+        enc = tokenizer(
+            batch["question"],
+            batch["context"],
+            truncation="only_second",
+            max_length=10,
+            stride=3,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+        )
+        samples = enc.pop("overflow_to_sample_mapping")
+        enc["start_positions"], enc["end_positions"], enc["example_id"] = [], [], []
+        for i, offsets in enumerate(enc["offset_mapping"]):
+            sequence_ids, sample = enc.sequence_ids(i), samples[i]
+            first = batch["answer_start"][sample]
+            last = first + len(batch["answer"][sample])
+            words = [
+                w for w, s in enumerate(sequence_ids) if s == 1 and offsets[w][0] >= first and offsets[w][1] <= last
+            ]
+            enc["start_positions"].append(words[0] if words else 0)
+            enc["end_positions"].append(words[-1] if words else 0)
+            enc["example_id"].append(batch["id"][sample])
+            enc["offset_mapping"][i] = [o if s == 1 else None for o, s in zip(offsets, sequence_ids, strict=True)]
+        return enc
+
+    mapped = raw.map(features, batched=True, remove_columns=raw.column_names)
+    assert len(mapped) > len(raw)  # long contexts gave several windows
+    assert any(s == 0 for s in mapped["start_positions"])  # windows without the answer
+    torch.manual_seed(0)
+    model = AutoModelForQuestionAnswering.from_pretrained(path, classifier_hidden_size=16, classifier_dropout=0.0)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=16,
+        num_train_epochs=8,
+        learning_rate=1e-2,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        use_cpu=True,
+        seed=0,
+    )
+    train = mapped.remove_columns(["offset_mapping", "example_id"])
+    trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=DataCollatorWithPadding(tokenizer))
+    trainer.train()
+    held_out = datasets.Dataset.from_list(
+        [
+            {
+                "id": f"t{i}",
+                "question": QUESTION,
+                "context": e["context"],
+                "answer_start": e["answer_start"],
+                "answer": e["answer"],
+            }
+            for i, e in enumerate(toy_examples(16, seed=7))
+        ]
+    )
+    test = held_out.map(features, batched=True, remove_columns=held_out.column_names)
+    start, end = trainer.predict(test.remove_columns(["offset_mapping", "example_id"])).predictions[:2]
+    assert start.shape == end.shape == (len(test), start.shape[1])
+    best: dict[str, tuple[float, str]] = {}
+    for row, feature in enumerate(test):
+        offsets = feature["offset_mapping"]
+        for i in range(len(offsets)):
+            for j in range(i, min(i + 5, len(offsets))):
+                if offsets[i] is None or offsets[j] is None:
+                    continue
+                score = float(start[row, i] + end[row, j])
+                context = held_out[int(feature["example_id"][1:])]["context"]
+                if score > best.get(feature["example_id"], (-np.inf, ""))[0]:
+                    best[feature["example_id"]] = (score, context[offsets[i][0] : offsets[j][1]])
+    exact = np.mean([best[e["id"]][1] == e["answer"] for e in held_out])
+    assert exact >= 0.75, (exact, best)
