@@ -33,6 +33,7 @@ SHIPPED = {
     "plots.py",
     "py.typed",
     "reference_elmo.py",
+    "scalar_mix_elmo.py",
     "scoring_elmo.py",
     "softmax_elmo.py",
     "tokenization_elmo.py",
