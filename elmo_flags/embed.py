@@ -197,9 +197,11 @@ from --text_column (raw strings, split by the model's tokenizer as above) or --t
 DIR/SPLIT-00000-of-0000N.parquet, --shard_size rows each: the input's columns plus --column (default elmo;
 float32, or --vector_dtype float16; output_type all is stored words first, (words, L + 1, 2P)). DIR/elmo_embed.json
 records the model (config, weights and tokenizer digests), the output type and the shard plan; a run into a
-folder that differs is refused. DIR/README.md (written when all shards are there) holds the dataset_info:
+folder that differs is refused, and so is a folder of other files (nothing the command did not write is ever
+replaced) or one inside the input. DIR/README.md (written when all shards are there) holds the dataset_info:
 datasets.load_dataset("parquet", data_dir=DIR) or load_dataset(DIR) reads the folder. A shard is written as
-.NAME.tmp and renamed when complete: the same command again skips the complete shards and redoes the others.
+.NAME.tmp and renamed to the hidden .NAME when complete, then to NAME once all are (an unfinished folder reads as
+no data, not as some): the same command again skips the complete shards and redoes the others.
 Several processes or machines: torchrun --nproc_per_node N -m elmo_cli embed --dataset_name ... --output_dir DIR
 (or accelerate launch): process RANK writes the shards i with i % WORLD_SIZE == RANK; nothing is merged."""
 
@@ -210,7 +212,12 @@ def add_dataset_arguments(group) -> None:
         "--dataset_name", metavar="NAME", help="a Hub dataset id, or a folder saved by Dataset.save_to_disk"
     )
     group.add_argument("--dataset_config_name", help="the Hub dataset's configuration (e.g. wikitext-2-raw-v1)")
-    group.add_argument("--split", default="train", help="the split to embed (default: %(default)s; e.g. train[:1%%])")
+    group.add_argument(
+        "--split",
+        default="train",
+        help="the split to embed, optionally sliced (default: %(default)s; e.g. train[:1%%]); local files are read "
+        "as this split",
+    )
     group.add_argument("--train_file", metavar="FILE", help="a local .txt, .csv, .tsv, .json, .jsonl or .parquet file")
     group.add_argument("--data_files", nargs="+", metavar="FILE", help="several local files (or globs), one kind")
     group.add_argument("--cache_dir", help="where datasets keeps downloads and prepared splits (default: its own)")
