@@ -186,6 +186,7 @@ def test_train_tagger_takes_model_name_or_path_as_train_lm_does(tagger_files, tm
     assert "--bilm PATH, --model_name_or_path PATH" in help_text and "train-lm's name" in help_text
 
 
+@pytest.mark.slow  # measured over 30 s on a busy 2-core machine (issue 44 F1)
 def test_train_tagger_is_quiet_and_draws_its_final_bar_once(tagger_files):
     """The real command, transformers' logging at its defaults. Before: a 1,196-character "The following layers were
     not sharded: crf.constraint_mask, ..." warning (the command raised the level of transformers.modeling_utils'

@@ -374,6 +374,7 @@ sys.exit(main(sys.argv[3:]))
 """
 
 
+@pytest.mark.slow  # measured over 30 s on a busy 2-core machine (issue 44 F1)
 def test_two_concurrent_conversions_one_succeeds(small, tmp_path: Path):
     """Two real processes started together: one exit 0, one exit 1 with a clear error, and a complete output."""
     options, weights = small
@@ -660,6 +661,7 @@ def plain_run(options: Path, weights: Path, out: Path) -> subprocess.CompletedPr
     return run_cli("--options_file", options, "--weight_file", weights, "--output_dir", out, "--disable_tqdm")
 
 
+@pytest.mark.slow  # measured over 30 s on a busy 2-core machine (issue 44 F1)
 def test_plain_run_after_a_kill_between_the_renames_restores_and_refuses(small, tmp_path: Path):
     """The old folder, left in the staging folder by a kill between the two renames, is put back before the
     output folder is checked: a run without --overwrite then refuses it, and replaces nothing."""
@@ -675,6 +677,7 @@ def test_plain_run_after_a_kill_between_the_renames_restores_and_refuses(small, 
     assert hidden_leftovers(tmp_path) == []
 
 
+@pytest.mark.slow  # measured over 30 s on a busy 2-core machine (issue 44 F1)
 def test_refused_run_after_a_kill_after_the_swap_leaves_nothing_hidden(small, tmp_path: Path):
     """A kill just after the swap: the new output is complete and the previous one waits in the staging folder.
     A refused next run removes that folder (the killed run had replaced it, as asked) and says so."""

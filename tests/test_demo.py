@@ -246,6 +246,7 @@ def test_bad_tagger_folder_is_refused_before_gradio_starts(tmp_path, capsys):
     assert gradio_before or "gradio" not in sys.modules  # refused before the slow import
 
 
+@pytest.mark.slow  # measured over 30 s on a busy 2-core machine (issue 44 F1)
 def test_space_app_builds_the_demo_from_a_checkout():
     """``examples/space/app.py`` finds the checkout's package by itself and builds the same app (not served), with
     the same queue and bounds."""
