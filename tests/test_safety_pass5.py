@@ -144,6 +144,7 @@ print("OK", worst)
 """
 
 
+@pytest.mark.slow  # a fresh interpreter, two forked workers: ~30 s on a loaded 2-core machine
 def test_h2_num_proc_2_finishes_under_a_time_limit(tmp_path):
     """``embed_dataset(..., num_proc=2)`` after the parent used torch with 2 threads: before, both forked workers
     waited forever in OpenMP's barrier. In a child process with a hard limit, so that a hang fails the test (its
