@@ -70,8 +70,8 @@ ROW_GROUP_BYTES = 64 << 20
 
 
 class ShardFolderError(ValueError):
-    """The output folder holds another run's shards (another model, output type or plan), files that are not
-    shards, or a shard that another process is writing now."""
+    """The output folder holds another run's shards (another model, output type or plan), files the command did not
+    write, a damaged shard, or a shard that another process is writing now; or the name is no folder."""
 
 
 class ShardWriteError(EmbeddingFileError):
@@ -680,7 +680,8 @@ def write_shards(
 
     Raises:
         DatasetInputError: a missing column, a column of non-strings, an empty dataset.
-        ShardFolderError: the folder holds another run's shards, foreign Parquet files, or a shard being written.
+        ShardFolderError: the folder holds another run's shards (or one of them), files of the user's (it is neither
+            empty nor a folder of this command), a damaged shard, or a shard being written; the name is no folder.
         ShardWriteError: a write failed (full disk); the complete shards stay, a rerun goes on from them.
     """
     import datasets
