@@ -13,8 +13,9 @@ What differs from the eager path, and why the outputs are the same (within float
 - each biLSTM layer as one ``scan`` (``torch._higher_order_ops.scan``) over all ``T = W + 2`` steps, both
   directions at once, with the layer's own products and cell (``ElmoBiLstmLayer.cell``). The backward direction
   reads each sentence reversed within its length, so the steps past a sentence's end come after its real steps
-  and never reach them; outputs there are zeroed at the end. ``T`` stays a symbolic size: no recompilation per
-  sentence length (torch.compile's dynamic shapes) and an ONNX ``Scan`` on export.
+  and never reach them; outputs there are zeroed at the end. Under ``torch.export`` ``T`` stays a symbolic size (an
+  ONNX ``Scan`` of any length); under ``torch.compile`` the words are padded to a length bucket ([`length_bucket`]),
+  so that a few graphs serve all lengths (inductor cannot lower a scan of symbolic length in torch 2.13).
 
 Not on the graph path: a carried LSTM state (``lstm_state=``, ``config.stateful``: each row's state is looked up by
 value), stream mode and the token cache. The final LSTM states are not returned from the scan: on torch 2.13,
@@ -24,6 +25,7 @@ inductor's backward of ``scan`` is wrong when the final carry receives a gradien
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -90,9 +92,38 @@ def run_layer(layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     return outputs + inputs if layer.residual else outputs
 
 
+# The compiled graph's padded word counts: 32, 128, 512, ... (for up to 31, 127, 511, ... words). Few buckets keep the
+# graphs few (each bucket is one guard range of dynamo, hence one graph per batch class): 1-100 words take two, at
+# the cost of running the recurrence over up to 4x the steps of the longest sentence (eager runs only real steps).
+FIRST_BUCKET, BUCKET_GROWTH = 32, 4
+
+
+def length_bucket(words) -> int:
+    """The padded sentence length a compiled graph runs at for ``words`` (an int or a symbolic size): always longer
+    than ``words``, so that the padding is never empty (an empty one is another graph)."""
+    bucket = FIRST_BUCKET
+    while bucket <= words:
+        bucket *= BUCKET_GROWTH
+    return bucket
+
+
 def graph_layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
     """``ElmoModel._compute_layers`` without a carried state: the ``L + 1`` layers ``(B, W, 2P)`` of ``input_ids``
-    ``(B, W, C)`` (zero at padding) under ``mask`` ``(B, W)`` bool, zero where ``mask`` is False."""
+    ``(B, W, C)`` (zero at padding) under ``mask`` ``(B, W)`` bool, zero where ``mask`` is False.
+
+    Under ``torch.compile`` the words are padded up to [`length_bucket`] (sliced back at the end): inductor's lowering
+    of ``scan`` fails on a symbolic number of steps in torch 2.13 (``KeyError`` in ``lower_to_while_loop``; a
+    symbolic batch compiles), so the number of steps is a constant per bucket. ``torch.export`` keeps it symbolic
+    (the exported program and its ONNX ``Scan`` take any length)."""
+    words = input_ids.shape[1]
+    if torch.compiler.is_compiling() and not torch.compiler.is_exporting():  # torch.compile (is_compiling: both)
+        pad = length_bucket(words) - words
+        input_ids, mask = F.pad(input_ids, (0, 0, 0, pad)), F.pad(mask, (0, pad))
+        return [layer[:, :words] for layer in _layers(model, input_ids, mask)]
+    return _layers(model, input_ids, mask)
+
+
+def _layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
     batch, words, chars = input_ids.shape
     lengths = mask.sum(dim=1)  # (B,)
     positions = torch.arange(words + 2, device=input_ids.device).unsqueeze(0)  # (1, T)
@@ -114,4 +145,4 @@ def graph_layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor) 
     return [layer[:, 1 : words + 1] * keep for layer in layers]
 
 
-__all__ = ["encode_characters", "graph_layers", "in_graph", "reverse_padded", "run_layer"]
+__all__ = ["encode_characters", "graph_layers", "in_graph", "length_bucket", "reverse_padded", "run_layer"]
