@@ -1,0 +1,304 @@
+"""Do the pair heads learn, and does ELMo help them? Two tasks built from CoNLL-2003, each head trained twice.
+
+- ``qa``: ``ElmoForQuestionAnswering`` on "Which person is mentioned ?" over sentences with exactly one person
+  (``B-PER``/``I-PER``) and at least one other entity (a capitalised distractor), the person's words as the answer
+  span (a character span of the context); scored with SQuAD's exact match and token F1 through the
+  ``elmo-question-answering`` pipeline.
+- ``pairs``: ``ElmoForSequenceClassification``'s ESIM pair head on "does the second sentence name an entity that the
+  first names?" (pairs of sentences with entities; half share an entity string, half share none); accuracy and the
+  positive class's F1.
+
+Each head is trained for the same number of steps, with the same data, seed and optimiser, three times, and scored
+at several step counts:
+
+- ``elmo``: the demo biLM (frozen), its scalar mix trained;
+- ``layer0``: the same head with the mix fixed on layer 0, the biLM's context-free character-CNN word vectors
+  (the other layers' weights are 0): the head without ELMo's context that still reads every word's characters
+  through the pretrained character CNN, so that the difference is what the biLM's context adds (as
+  ``bench_ner.py``'s ``layer0_only``);
+- ``random``: the same head on a biLM of the same shape with its initial random weights, frozen: the head without
+  any pretraining (it still reads characters, through a random character CNN).
+
+Training sentences come from ``train.txt``, evaluation sentences from ``dev.txt`` (held out). Prints a Markdown
+table (and writes ``results.json`` into ``--output_dir``)::
+
+    python benchmarks/bench_pair_heads.py --output_dir /tmp/pair_heads
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import string
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, pipeline
+
+from modeling_elmo import ElmoForQuestionAnswering, ElmoForSequenceClassification, ElmoTokenizer, demo_model_path
+from modeling_elmo.training.tagging_data import read_conll
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(os.environ.get("ELMO_SHARED_DIR", REPO.parent / "shared")) / "data" / "conll2003"
+QUESTION = "Which person is mentioned ?"
+VARIANTS = ("elmo", "layer0", "random")
+
+
+def entities(words: list[str], tags: list[str]) -> list[tuple[str, int, int]]:
+    """The ``(type, first, last)`` word spans of a sentence's BIO (or IO) tags."""
+    spans, start = [], None
+    for i, tag in enumerate([*tags, "O"]):
+        if start is not None and not (tag.startswith("I-") and tag[2:] == tags[start][2:]):
+            spans.append((tags[start][2:], start, i - 1))
+            start = None
+        if tag.startswith("B-") or (tag.startswith("I-") and start is None):
+            start = i
+    return spans
+
+
+def qa_examples(path: Path, limit: int, max_words: int) -> list[dict]:
+    """SQuAD-style examples: contexts with exactly one person and at least one other named entity (a place, an
+    organisation...: a capitalised distractor, so that spelling alone does not find the person), ``answer_start``
+    in characters."""
+    examples = []
+    for words, tags in zip(*read_conll(path), strict=True):
+        spans = entities(words, tags)
+        people = [span for span in spans if span[0] == "PER"]
+        if len(people) != 1 or len(spans) < 2 or len(words) > max_words:
+            continue
+        _, first, last = people[0]
+        context = " ".join(words)
+        start = len(" ".join(words[:first])) + (1 if first else 0)
+        answer = " ".join(words[first : last + 1])
+        assert context[start : start + len(answer)] == answer
+        examples.append({"question": QUESTION, "context": context, "answer": answer, "answer_start": start})
+        if len(examples) == limit:
+            break
+    return examples
+
+
+def pair_examples(path: Path, limit: int, seed: int, max_words: int) -> list[dict]:
+    """Balanced pairs of sentences with entities: label 1 when they share an entity string, else 0."""
+    rng = random.Random(seed)
+    sentences = []
+    for words, tags in zip(*read_conll(path), strict=True):
+        names = {" ".join(words[a : b + 1]) for _, a, b in entities(words, tags)}
+        if names and len(words) <= max_words:
+            sentences.append((" ".join(words), names))
+    by_name: dict[str, list[int]] = {}
+    for i, (_, names) in enumerate(sentences):
+        for name in sorted(names):  # sets iterate in a per-process hash order: sorted, the pairs are reproducible
+            by_name.setdefault(name, []).append(i)
+    shared = [ids for ids in by_name.values() if len(ids) > 1]
+    examples = []
+    while len(examples) < limit:
+        if len(examples) % 2 == 0:
+            i, j = rng.sample(rng.choice(shared), 2)
+        else:
+            i, j = rng.randrange(len(sentences)), rng.randrange(len(sentences))
+            if sentences[i][1] & sentences[j][1]:
+                continue
+        label = int(bool(sentences[i][1] & sentences[j][1]))
+        examples.append({"text": sentences[i][0], "text_pair": sentences[j][0], "label": label})
+    return examples
+
+
+def normalize(text: str) -> list[str]:
+    """SQuAD's answer normalisation: lower case, no punctuation, no articles; the words."""
+    text = "".join(ch for ch in text.lower() if ch not in set(string.punctuation))
+    return re.sub(r"\b(a|an|the)\b", " ", text).split()
+
+
+def exact_and_f1(prediction: str, truth: str) -> tuple[float, float]:
+    predicted, expected = normalize(prediction), normalize(truth)
+    common = sum((Counter(predicted) & Counter(expected)).values())
+    if not predicted or not expected:
+        return float(predicted == expected), float(predicted == expected)
+    if common == 0:
+        return 0.0, 0.0
+    precision, recall = common / len(predicted), common / len(expected)
+    return float(predicted == expected), 2 * precision * recall / (precision + recall)
+
+
+def fix_mix_on_layer0(model) -> None:
+    """The ``layer0`` variant: the scalar mix's weights all on layer 0, frozen (softmax of ``[0, -1e4, ...]``:
+    exactly 0 elsewhere)."""
+    mix = model.elmo.scalar_mixes[0]
+    with torch.no_grad():
+        mix.scalar_parameters.fill_(-1e4)  # exp(-1e4) is 0 in float32; -inf would make the L2 penalty NaN
+        mix.scalar_parameters[0] = 0.0
+    mix.scalar_parameters.requires_grad_(False)
+
+
+def build(head, variant: str, args, **settings):
+    """The head on the demo biLM (``elmo``), with its mix fixed on layer 0 (``layer0``), or on a biLM of the same
+    shape with its initial random weights (``random``), frozen as the others."""
+    settings |= dict(classifier_hidden_size=args.hidden, classifier_dropout=0.1, elmo_dropout=0.0)
+    if variant == "random":
+        return head(AutoConfig.from_pretrained(args.bilm, **settings))
+    model = head.from_pretrained(args.bilm, **settings)
+    if variant == "layer0":
+        fix_mix_on_layer0(model)
+    return model
+
+
+def train(model, batches, checkpoints: list[int], learning_rate: float, evaluate) -> list[dict]:
+    """Adam steps over ``batches`` (cycled); at each step count of ``checkpoints`` the scores ``evaluate(model)``
+    gives (in eval mode), with the training seconds so far and the step count."""
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=learning_rate)
+    results, seconds = [], 0.0
+    for step in range(max(checkpoints)):
+        began = time.perf_counter()
+        model.train()
+        loss = model(**batches[step % len(batches)]).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        seconds += time.perf_counter() - began
+        if step + 1 in checkpoints:
+            with torch.no_grad():
+                results.append(evaluate(model.eval()) | {"steps": step + 1, "train_seconds": seconds})
+    return results
+
+
+def qa_batches(tokenizer, examples: list[dict], batch_size: int) -> list[dict]:
+    batches = []
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i : i + batch_size]
+        encoded = tokenizer(
+            [e["question"] for e in chunk],
+            [e["context"] for e in chunk],
+            padding=True,
+            return_offsets_mapping=True,
+            return_tensors="pt",
+        )
+        starts, ends = [], []
+        for row, example in enumerate(chunk):  # the answer's first and last word, from the character offsets
+            first, last = example["answer_start"], example["answer_start"] + len(example["answer"])
+            words = [
+                w
+                for w, (s, e) in enumerate(encoded["offset_mapping"][row].tolist())
+                if encoded.sequence_ids(row)[w] == 1 and s >= first and e <= last and e > s
+            ]
+            starts.append(words[0])
+            ends.append(words[-1])
+        encoded.pop("offset_mapping")
+        batches.append(dict(encoded) | {"start_positions": torch.tensor(starts), "end_positions": torch.tensor(ends)})
+    return batches
+
+
+def pair_batches(tokenizer, examples: list[dict], batch_size: int) -> list[dict]:
+    batches = []
+    for i in range(0, len(examples), batch_size):
+        chunk = examples[i : i + batch_size]
+        encoded = tokenizer(
+            [e["text"] for e in chunk], [e["text_pair"] for e in chunk], padding=True, return_tensors="pt"
+        )
+        batches.append(dict(encoded) | {"labels": torch.tensor([e["label"] for e in chunk])})
+    return batches
+
+
+def run_qa(variant: str, args, tokenizer, train_set, test_set) -> list[dict]:
+    torch.manual_seed(args.seed)
+    model = build(ElmoForQuestionAnswering, variant, args)
+
+    def evaluate(model) -> dict:
+        qa = pipeline("elmo-question-answering", model=model, tokenizer=tokenizer)
+        scores = [
+            exact_and_f1(qa(question=e["question"], context=e["context"])["answer"], e["answer"]) for e in test_set
+        ]
+        return {
+            "exact_match": 100 * sum(s[0] for s in scores) / len(scores),
+            "f1": 100 * sum(s[1] for s in scores) / len(scores),
+        }
+
+    batches = qa_batches(tokenizer, train_set, args.batch_size)
+    return train(model, batches, args.eval_steps, args.learning_rate, evaluate)
+
+
+def run_pairs(variant: str, args, tokenizer, train_set, test_set) -> list[dict]:
+    torch.manual_seed(args.seed)
+    model = build(ElmoForSequenceClassification, variant, args, num_labels=2)
+    truth = [e["label"] for e in test_set]
+
+    def evaluate(model) -> dict:
+        classify = pipeline("text-classification", model=model, tokenizer=tokenizer)
+        answers = classify([{"text": e["text"], "text_pair": e["text_pair"]} for e in test_set])
+        predicted = [int(out["label"] == model.config.id2label[1]) for out in answers]
+        hits = sum(p == t for p, t in zip(predicted, truth, strict=True))
+        true_positives = sum(p and t for p, t in zip(predicted, truth, strict=True))
+        return {
+            "exact_match": 100 * hits / len(truth),  # accuracy: the exact match of a label
+            "f1": 100 * 2 * true_positives / max(sum(predicted) + sum(truth), 1),  # F1 of the positive class
+        }
+
+    batches = pair_batches(tokenizer, train_set, args.batch_size)
+    return train(model, batches, args.eval_steps, args.learning_rate, evaluate)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bilm", default=str(demo_model_path()), help="an ElmoModel folder (default: the demo biLM)")
+    parser.add_argument("--tasks", default="qa,pairs")
+    parser.add_argument(
+        "--eval_steps", default="25,50,100,150", help="step counts at which both variants are scored (comma-separated)"
+    )
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--learning_rate", type=float, default=3e-3)
+    parser.add_argument("--hidden", type=int, default=32, help="classifier_hidden_size of both heads")
+    parser.add_argument("--train_examples", type=int, default=2400)
+    parser.add_argument("--test_examples", type=int, default=400)
+    parser.add_argument("--max_words", type=int, default=25, help="the longest sentence used (words)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads (1: a busy shared machine thrashes with 2)"
+    )
+    parser.add_argument("--output_dir", default=None)
+    args = parser.parse_args(argv)
+    args.eval_steps = sorted({int(n) for n in args.eval_steps.split(",")})
+    if not DATA.is_dir():
+        sys.exit(f"{DATA} not found: set ELMO_SHARED_DIR to the folder that holds data/conll2003")
+    torch.set_num_threads(args.threads)
+    tokenizer = ElmoTokenizer.from_pretrained(args.bilm)
+    results = []
+    for task in args.tasks.split(","):
+        if task == "qa":
+            data = (
+                qa_examples(DATA / "train.txt", args.train_examples, args.max_words),
+                qa_examples(DATA / "dev.txt", args.test_examples, args.max_words),
+            )
+            runner = run_qa
+        elif task == "pairs":
+            data = (
+                pair_examples(DATA / "train.txt", args.train_examples, args.seed, args.max_words),
+                pair_examples(DATA / "dev.txt", args.test_examples, args.seed + 1, args.max_words),
+            )
+            runner = run_pairs
+        else:
+            parser.error(f"unknown task {task!r}: qa or pairs")
+        for variant in VARIANTS:
+            for result in runner(variant, args, tokenizer, *data):
+                results.append({"task": task, "variant": variant, "train": len(data[0]), "test": len(data[1])} | result)
+                print(json.dumps(results[-1]), flush=True)
+    print(f"\nbatches of {args.batch_size}; scored on held-out dev sentences\n")
+    print("| task | steps | ELMo: EM / acc. | ELMo: F1 | layer 0 only: EM / acc. | F1 | random biLM: EM / acc. | F1 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for task in args.tasks.split(","):
+        for steps in args.eval_steps:
+            row = {r["variant"]: r for r in results if r["task"] == task and r["steps"] == steps}
+            cells = " | ".join(f"{row[v]['exact_match']:.1f} | {row[v]['f1']:.1f}" for v in VARIANTS)
+            print(f"| {task} | {steps} | {cells} |")
+    if args.output_dir:
+        Path(args.output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.output_dir) / "results.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()
