@@ -157,7 +157,7 @@ def _train_tagger(tmp_path: Path, bf16: bool) -> float:
         sys.executable, "-m", "modeling_elmo.training.train_tagger", "--bilm", "demo",
         "--train_file", str(REPO / "docs/data/ner/train.txt"), "--eval_file", str(REPO / "docs/data/ner/dev.txt"),
         "--output_dir", str(out), "--num_train_epochs", "5", "--num_threads", "1", "--bf16", str(bf16).lower(),
-        "--disable_tqdm", "true", "--seed", "42",
+        "--use_cpu", "true", "--disable_tqdm", "true", "--seed", "42",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
