@@ -44,6 +44,7 @@ from transformers import initialization as init
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.utils import ModelOutput, can_return_tuple, logging
 
+from .auto_map_elmo import code_for_save
 from .character_inputs_elmo import ElmoCharacterInputs
 from .characters import PADDING_CHAR, begin_of_sentence_ids, end_of_sentence_ids
 from .checks_elmo import check_inputs, check_loaded, check_source, follow_umask, mismatched_shapes
@@ -580,15 +581,8 @@ class ElmoPreTrainedModel(ElmoCharacterInputs, PreTrainedModel):
                 f"this model is quantized to int8 ({int8[0]} and {len(int8) - 1} more), which save_pretrained "
                 "cannot store: save the float32 model, and quantize again after loading it"
             )
-        stale = None
-        if self._auto_class is None and getattr(self.config, "auto_map", None):
-            stale = self.config.auto_map
-            del self.config.auto_map
-        try:
+        with code_for_save(self, save_directory):  # auto_map, custom_pipelines: only the code the folder holds
             super().save_pretrained(save_directory, *args, **kwargs)
-        finally:
-            if stale is not None:
-                self.config.auto_map = stale
         if os.path.isdir(save_directory):
             follow_umask(Path(save_directory).glob("*.safetensors*"))
 
