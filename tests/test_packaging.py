@@ -14,6 +14,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHIPPED = {
     "__init__.py",
+    "__main__.py",  # python -m modeling_elmo SCRIPT.py ARGS
+    "auto_map_elmo.py",
     "character_inputs_elmo.py",
     "characters.py",
     "checks_elmo.py",
