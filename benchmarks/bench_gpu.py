@@ -156,6 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
         "--backend", default=None, help="torch.compile backend (default inductor; aot_eager in --smoke)"
     )
     parser.add_argument("--train-batch", type=int, default=None)
+    parser.add_argument("--skip-training", action="store_true", help="leave out the training step")
     parser.add_argument("--smoke", action="store_true", help="tiny model, seconds: checks the harness (CI)")
     parser.add_argument("--out", default="bench-gpu", help="folder for results.json and results.md")
     args = parser.parse_args(argv)
@@ -197,7 +198,9 @@ def main(argv: list[str] | None = None) -> dict:
                     }
                 )
         torch._dynamo.reset()  # the next dtype compiles afresh (and memory of the graphs is freed)
-    train = training_step(size, args.device, args.train_batch or (4 if args.smoke else 128), vocab, args.smoke)
+    train = None
+    if not args.skip_training:
+        train = training_step(size, args.device, args.train_batch or (4 if args.smoke else 128), vocab, args.smoke)
 
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else cpu_description()
     report = {
@@ -223,11 +226,12 @@ def main(argv: list[str] | None = None) -> dict:
             f"| {r['dtype']} | {r['batch']} | {r['path']} | {r['words_per_s']:.0f} | {ratio:.2f}x | {first} | "
             f"{_fmt(r['peak_mib'], '.0f')} | {r['max_abs_diff_to_eager']:.1e} |"
         )
-    lines += [
-        "",
-        f"Training step (ElmoForPreTraining, sampled softmax, bf16 autocast, eager), batch {train['batch']}: "
-        f"{train['seconds']:.3f} s, {train['words_per_s']:.0f} words/s, peak {_fmt(train['peak_mib'], '.0f')} MiB",
-    ]
+    if train is not None:
+        lines += [
+            "",
+            f"Training step (ElmoForPreTraining, sampled softmax, bf16 autocast, eager), batch {train['batch']}: "
+            f"{train['seconds']:.3f} s, {train['words_per_s']:.0f} words/s, peak {_fmt(train['peak_mib'], '.0f')} MiB",
+        ]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
