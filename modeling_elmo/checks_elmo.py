@@ -22,6 +22,41 @@ from .configuration_elmo import check_model_name
 from .graph_path_elmo import in_graph
 
 
+def check_conventional_arguments(
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None = None,
+    position_ids: torch.Tensor | None = None,
+    head_mask: torch.Tensor | None = None,
+    output_attentions: bool | None = None,
+) -> None:
+    """Refuse, by name and with the fix, the arguments that transformers' models take by convention and ELMo has no
+    use for (PEFT's wrappers and the pipelines pass them as keywords, mostly as ``None``).
+
+    Raises:
+        ValueError: ``inputs_embeds`` (ELMo's first layer is a character CNN, not an embedding lookup),
+            ``position_ids`` (the LSTMs read the order), ``head_mask`` and ``output_attentions=True`` (no attention
+            heads), or no ``input_ids`` at all.
+    """
+    if inputs_embeds is not None:
+        raise ValueError(
+            "ELMo reads characters: pass input_ids, the (batch, words, 50) character ids from ElmoTokenizer. "
+            "inputs_embeds is not supported (the first layer is a character CNN, not an embedding lookup)"
+        )
+    if input_ids is None:
+        raise ValueError("input_ids is required: the (batch, words, 50) character ids from ElmoTokenizer")
+    if position_ids is not None:
+        raise ValueError(
+            "ELMo has no position embeddings (its LSTMs read the word order): leave position_ids out (None)"
+        )
+    if head_mask is not None:
+        raise ValueError("ELMo has no attention heads to mask (its contextual layers are LSTMs): leave head_mask out")
+    if output_attentions:
+        raise ValueError(
+            "ELMo has no attention layers (its contextual layers are LSTMs), so output_attentions=True has nothing "
+            "to return: use output_hidden_states=True for the biLM's layers"
+        )
+
+
 def check_inputs(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,

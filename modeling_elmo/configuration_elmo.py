@@ -493,7 +493,7 @@ class ElmoConfig(PreTrainedConfig):
 
         The biLM (``ElmoModel`` without its scalar mixes, which hold ``n_layers + 2`` numbers each), the LM
         softmax (if ``lm_vocab_size``), the tagger (its word embedding if ``tagger_word_input="embedding"``,
-        BiLSTM, classifier and CRF) and the sequence classifier (``classifier_*``: BiLSTM and classifier), counted
+        BiLSTM, classifier and CRF) and the sequence classifier (``classifier_*``: BiLSTM, classifier and ESIM's pair head), counted
         whichever head is built: the sum is an upper bound of any ELMo
         model's parameters with this config, exact for each part (tests/test_configuration.py checks it).
         """
@@ -529,6 +529,11 @@ class ElmoConfig(PreTrainedConfig):
             "num_labels": tagger_out * labels + labels + ((labels + 2) * labels if self.use_crf else 0),
             "classifier_hidden_size": 2 * 4 * ch * (2 * p + ch + 2),
             "classifier_pooling, num_labels": pooled * labels + labels,
+            # ESIM's pair head (esim_elmo.py): F (8C -> C), the composition BiLSTM (C -> C), the MLP (8C -> C -> K).
+            "classifier_hidden_size, num_labels (pair head)": 2 * (8 * ch * ch + ch)
+            + 2 * 4 * ch * (2 * ch + 2)
+            + ch * labels
+            + labels,
         }
 
     @property

@@ -47,7 +47,14 @@ from transformers.utils import ModelOutput, can_return_tuple, logging
 from .auto_map_elmo import code_for_save
 from .character_inputs_elmo import ElmoCharacterInputs
 from .characters import PADDING_CHAR, begin_of_sentence_ids, end_of_sentence_ids
-from .checks_elmo import check_inputs, check_loaded, check_source, follow_umask, mismatched_shapes
+from .checks_elmo import (
+    check_conventional_arguments,
+    check_inputs,
+    check_loaded,
+    check_source,
+    follow_umask,
+    mismatched_shapes,
+)
 from .configuration_elmo import ElmoConfig
 from .fast_path_elmo import BOTH_DIRECTIONS, PrepackedProducts, cpu_tanh
 from .graph_path_elmo import graph_layers, in_graph
@@ -55,6 +62,7 @@ from .graph_path_elmo import reverse_padded as _reverse_padded
 from .lstm_state_elmo import ElmoLstmState, LstmState
 from .manylangs import PAD_CHAR as MANYLANGS_PAD_CHAR
 from .manylangs import ElmoWordInput, append_word_ids, boundary_rows
+from .pairs_elmo import pair_layers
 from .scalar_mix_elmo import ElmoScalarMix
 
 logger = logging.get_logger(__name__)
@@ -463,6 +471,12 @@ class ElmoModelOutput(ModelOutput):
         lstm_state: the [`ElmoLstmState`] after this call, when states are carried (``lstm_state=`` given,
             ``config.stateful``, or ``return_lstm_state=True``); otherwise ``None``. ``lstm_state[b]`` is row
             ``b``'s alone.
+        last_hidden_state: ``(B, W, 2P)``, the top layer of the biLM, ``[forward_h_L; backward_h_L]`` (the same
+            tensor as ``hidden_states[-1]``, returned whether or not ``output_hidden_states`` is set): what recipes
+            written for transformers' encoders read. It is not ELMo's task representation: that is ``elmo``, the
+            scalar mix of all layers, which stays ``outputs[0]`` (the feature-extraction pipelines return it). With
+            ``token_layer_only=True`` it is layer 0 ``[x; x]``. It comes last in the tuple form, so that the
+            positions of the other fields are those of earlier versions.
 
     Why the mixes are one batch-first tensor: transformers' pipelines split a batched output into sentences by
     indexing every field with the sentence's row (``PipelineIterator.loader_batch_item``; only ``hidden_states`` and
@@ -475,6 +489,7 @@ class ElmoModelOutput(ModelOutput):
     hidden_states: tuple[torch.Tensor, ...] | None = None
     mask: torch.Tensor | None = None
     lstm_state: ElmoLstmState | None = None
+    last_hidden_state: torch.Tensor | None = None
 
     @property
     def elmo_representations(self) -> tuple[torch.Tensor, ...]:
@@ -773,7 +788,7 @@ class ElmoModel(ElmoPreTrainedModel):
     @can_return_tuple
     def forward(
         self,
-        input_ids: torch.LongTensor,
+        input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         lstm_state: ElmoLstmState | None = None,
@@ -781,6 +796,11 @@ class ElmoModel(ElmoPreTrainedModel):
         token_layer_only: bool = False,
         backward_input_ids: torch.LongTensor | None = None,
         vocab_ids: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        head_mask: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
     ) -> ElmoModelOutput:
         r"""
         Args:
@@ -801,10 +821,17 @@ class ElmoModel(ElmoPreTrainedModel):
                 their own streams (``[0]``: ``[x_forward; x_backward]``), and there are no mixes.
             vocab_ids: ``(B, W)`` word ids from the tokenizer (any value at padding), for a model with a word
                 input (ELMoForManyLangs, ``needs_vocab_ids``); ignored otherwise.
+            token_type_ids: ``(B, W)``, 0 for the first text's words and 1 for the second's, as the tokenizer gives
+                them for a pair of texts; all zero (or ``None``) for single sentences. Given, the biLM reads each text
+                on its own (its own ``<S>``/``</S>``, fresh states; ``pairs_elmo.py``), and the mixes run over all words.
+            inputs_embeds, position_ids, head_mask, output_attentions: transformers' conventional arguments,
+                accepted by name so that generic code (PEFT, pipelines) can pass them as ``None``/``False``; any
+                other value is refused with the reason (``checks_elmo.check_conventional_arguments``).
 
         Returns:
             [`ElmoModelOutput`]; with ``return_dict=False`` a tuple of its non-``None`` fields.
         """
+        check_conventional_arguments(input_ids, inputs_embeds, position_ids, head_mask, output_attentions)
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
@@ -831,6 +858,8 @@ class ElmoModel(ElmoPreTrainedModel):
                 layers = self._stream_layers(input_ids, backward_input_ids, state)
             elif token_layer_only:
                 layers = [self._token_layer(input_ids, mask)]
+            elif token_type_ids is not None:  # each text of a pair read on its own, in one pass (pairs_elmo.py)
+                layers = pair_layers(self._compute_layers, input_ids, mask, token_type_ids, state)
             else:
                 layers = self._compute_layers(input_ids, mask, state)
         run_mixes = backward_input_ids is None and not token_layer_only
@@ -843,6 +872,7 @@ class ElmoModel(ElmoPreTrainedModel):
             hidden_states=tuple(layers) if output_hidden_states else None,
             mask=mask.long(),
             lstm_state=state if return_lstm_state else None,
+            last_hidden_state=layers[-1],
         )
 
     def _token_layer(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -12,6 +12,9 @@ This is the simplest faithful way to use ELMo for a sentence task: the vectors f
 are pooled. The paper's SST-5 result (section 4, Table 1) used a larger model, the biattentive classification
 network (BCN) of McCann et al. (2017), which is not built here.
 
+Pairs of texts (``token_type_ids`` marking a second text) go through ESIM's pair head instead (``esim_elmo.py``),
+the task model of the paper's SNLI result; the regression, single- and multi-label losses are the same.
+
 The head calls its [`ElmoModel`] (``self.elmo``) once per forward pass and reads its outputs (the word ``mask``
 and the mix), as ``BertForSequenceClassification`` calls ``self.bert``. What trains is decided by
 ``requires_grad`` alone: ``freeze_bilm()`` sets it (after ``__init__`` and again after loading, from
@@ -32,8 +35,10 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 from transformers.utils import can_return_tuple
 
 from .configuration_elmo import ElmoConfig
+from .esim_elmo import ElmoEsimHead
 from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
 from .modeling_elmo_tagging import IGNORE_INDEX, ElmoTagEncoder
+from .pairs_elmo import pair_layout, split_pairs
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 
@@ -83,7 +88,18 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
     after ``__init__`` and again after ``from_pretrained``; they then run without autograd. The scalar mix, the
     encoder and the classifier train. ``model.freeze_bilm(False)`` (or ``model.requires_grad_(True)``) after loading
     fine-tunes the whole biLM too.
+
+    Pairs of texts (premise and hypothesis, two questions: ``tokenizer(text, text_pair)``, whose ``token_type_ids``
+    mark the second text) take ESIM's pair head instead (``pair_head``, see ``esim_elmo.py``): the biLM reads each
+    text on its own, the mix and the same BiLSTM encode both, then soft alignment, composition, max and mean pooling
+    of both texts and an MLP give the logits. Rows without a second text keep the sentence head, so single
+    sentences give the same outputs with or without all-zero ``token_type_ids``. The pair head's weights are
+    optional at load (``_keys_to_ignore_on_load_missing``): a sentence classifier saved before it existed loads
+    silently, as before; its pair head is then untrained, so fine-tune it on pairs before giving it pairs.
     """
+
+    # The ESIM pair head is used only for pairs: a sentence classifier saved without it loads without a report.
+    _keys_to_ignore_on_load_missing = [r"(^|\.)pair_head\."]
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -100,6 +116,8 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         pooled_size = 2 * config.classifier_hidden_size * (2 if config.classifier_pooling == "max_mean" else 1)
         self.dropout = nn.Dropout(config.classifier_dropout)
         self.classifier = nn.Linear(pooled_size, config.num_labels)
+        # Pairs of texts (token_type_ids): ESIM's inference, composition and MLP (esim_elmo.py) after the encoder.
+        self.pair_head = ElmoEsimHead(config.classifier_hidden_size, config.num_labels, config.classifier_dropout)
         self.post_init()
         self.apply_freezing()
 
@@ -123,11 +141,16 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
     @can_return_tuple
     def forward(
         self,
-        input_ids: torch.LongTensor,
+        input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         vocab_ids: torch.LongTensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        head_mask: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
     ) -> SequenceClassifierOutput:
         r"""
         Args:
@@ -140,6 +163,9 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
                 ``config.output_hidden_states``).
             vocab_ids: ``(B, W)`` word ids, for a biLM with a word input (ELMoForManyLangs; its tokenizer returns
                 them); ignored otherwise.
+            token_type_ids, inputs_embeds, position_ids, head_mask, output_attentions: as in [`ElmoModel.forward`]
+                (passed down to the biLM, which uses ``token_type_ids`` for pairs of texts and refuses the rest by
+                name unless ``None``).
 
         Returns:
             [`SequenceClassifierOutput`] with ``loss`` (with ``labels``) and ``logits`` ``(B, K)``.
@@ -155,17 +181,41 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
             output_hidden_states=output_hidden_states,
             return_dict=True,
             vocab_ids=vocab_ids,
+            token_type_ids=token_type_ids,
+            inputs_embeds=inputs_embeds,
+            position_ids=position_ids,
+            head_mask=head_mask,
+            output_attentions=output_attentions,
         )
         mask = base.mask.bool()  # (B, W)
         mix = base.elmo.to(self.classifier.weight.dtype)  # (B, W, 2P) in the head's dtype (the biLM's may differ)
-        states = self.encoder(mix, mask.sum(dim=1))  # (B, W, 2H), zero past each sentence's end
-        pooled = pool_words(states, mask, self.config.classifier_pooling)  # (B, 2H) or (B, 4H)
-        logits = self.classifier(self.dropout(pooled))  # (B, K)
+        logits = self._logits(mix, mask, token_type_ids)  # (B, K)
 
         loss = None
         if labels is not None:
             loss = self._classification_loss(logits, labels) + self.elmo.mix_l2_penalty()
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=base.hidden_states)
+
+    def _logits(self, mix: torch.Tensor, mask: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        """``(B, K)`` logits from the mix ``(B, W, 2P)``: the sentence head for rows with one text, ESIM's pair head
+        (``esim_elmo.py``) for rows whose ``token_type_ids`` ``(B, W)`` mark a second text."""
+
+        def single() -> torch.Tensor:
+            states = self.encoder(mix, mask.sum(dim=1))  # (B, W, 2H), zero past each sentence's end
+            pooled = pool_words(states, mask, self.config.classifier_pooling)  # (B, 2H) or (B, 4H)
+            return self.classifier(self.dropout(pooled))
+
+        if token_type_ids is None:
+            return single()
+        layout = pair_layout(token_type_ids, mask)  # first texts in rows 0..B-1, second texts in rows B..2B-1
+        is_pair = layout.split_mask.chunk(2)[1].any(dim=1)  # (B,)
+        if not bool(is_pair.any()):  # single sentences with all-zero token_type_ids: the sentence head alone
+            return single()
+        encoded = self.encoder(split_pairs(mix, layout), layout.split_mask.sum(dim=1))  # (2B, W, 2H)
+        composed = self.pair_head.compose(encoded, layout.split_mask)  # (2B, W, 2H)
+        pooled = pool_words(composed, layout.split_mask, "max_mean")  # (2B, 4H), as ESIM pools
+        logits = self.pair_head.classify(torch.cat(pooled.chunk(2), dim=-1))  # (B, K)
+        return logits if bool(is_pair.all()) else torch.where(is_pair.unsqueeze(1), logits, single())
 
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of ``config.problem_type``, decided and recorded as transformers' heads do when it is None."""

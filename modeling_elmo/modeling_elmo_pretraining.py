@@ -35,6 +35,7 @@ from torch import nn
 from transformers import initialization as init
 from transformers.utils import ModelOutput, can_return_tuple
 
+from .checks_elmo import check_conventional_arguments
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import (
     ElmoLstmState,
@@ -364,7 +365,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     @can_return_tuple
     def forward(
         self,
-        input_ids: torch.LongTensor,
+        input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         boundary_labels: torch.LongTensor | None = None,
@@ -373,6 +374,10 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         num_items_in_batch: int | torch.Tensor | None = None,
         backward_input_ids: torch.LongTensor | None = None,
         backward_labels: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        head_mask: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
     ) -> ElmoForPreTrainingOutput:
         r"""
         Args:
@@ -393,10 +398,14 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 the next full windows of each row's forward and backward token streams, ``labels`` and
                 ``backward_labels`` ``(B, T)`` the ids of the tokens they predict (not shifted), and the LSTM
                 states carry over from the previous batch (see [`stream_hidden_states`]).
+            inputs_embeds, position_ids, head_mask, output_attentions: transformers' conventional arguments,
+                refused by name unless ``None`` (see [`ElmoModel.forward`]). A language model reads one text:
+                there are no ``token_type_ids``.
 
         Returns:
             [`ElmoForPreTrainingOutput`]; with ``return_dict=False`` a tuple of its non-``None`` fields.
         """
+        check_conventional_arguments(input_ids, inputs_embeds, position_ids, head_mask, output_attentions)
         _require_tensors(labels=labels, boundary_labels=boundary_labels, backward_labels=backward_labels)
         if return_logits is None:
             return_logits = labels is None

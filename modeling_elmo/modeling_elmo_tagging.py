@@ -37,6 +37,7 @@ from transformers import initialization as init
 from transformers.modeling_outputs import TokenClassifierOutput
 from transformers.utils import can_return_tuple
 
+from .checks_elmo import check_conventional_arguments
 from .configuration_elmo import ElmoConfig
 from .crf import ConditionalRandomField, bio_allowed_transitions
 from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
@@ -230,11 +231,16 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
     @can_return_tuple
     def forward(
         self,
-        input_ids: torch.LongTensor,
+        input_ids: torch.LongTensor | None = None,
         attention_mask: torch.Tensor | None = None,
         vocab_ids: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        head_mask: torch.Tensor | None = None,
+        output_attentions: bool | None = None,
     ) -> ElmoTokenClassifierOutput:
         r"""
         Args:
@@ -248,6 +254,9 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             output_hidden_states: return the biLM's layers as ``hidden_states`` (default
                 ``config.output_hidden_states``): the ``L + 1`` layers, or only layer 0 for a tagger that reads
                 no mix; ``None`` for a tagger that does not use the biLM.
+            token_type_ids, inputs_embeds, position_ids, head_mask, output_attentions: as in [`ElmoModel.forward`]
+                (passed down to the biLM, which uses ``token_type_ids`` for pairs of texts and refuses the rest by
+                name unless ``None``).
 
         Returns:
             [`ElmoTokenClassifierOutput`] with ``loss`` (with ``labels``; CRF negative log-likelihood per
@@ -271,6 +280,11 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
                 token_layer_only=self.num_elmo_mixes == 0,
                 return_dict=True,
                 vocab_ids=vocab_ids,
+                token_type_ids=token_type_ids,
+                inputs_embeds=inputs_embeds,
+                position_ids=position_ids,
+                head_mask=head_mask,
+                output_attentions=output_attentions,
             )
             # In the head's dtype: the biLM may run in bfloat16 (or int8) under a float32 head.
             dtype = self.classifier.weight.dtype
@@ -279,6 +293,7 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             layer0 = base.hidden_states[0][..., : config.projection_dim].to(dtype)  # [x; x] -> x, (B, W, P)
             hidden_states = base.hidden_states if output_hidden_states else None
         else:
+            check_conventional_arguments(input_ids, inputs_embeds, position_ids, head_mask, output_attentions)
             mask = self.elmo.word_mask(input_ids, attention_mask)  # (B, W) bool, validated
 
         features = []
