@@ -493,9 +493,9 @@ class ElmoConfig(PreTrainedConfig):
 
         The biLM (``ElmoModel`` without its scalar mixes, which hold ``n_layers + 2`` numbers each), the LM
         softmax (if ``lm_vocab_size``), the tagger (its word embedding if ``tagger_word_input="embedding"``,
-        BiLSTM, classifier and CRF) and the sequence classifier (``classifier_*``: BiLSTM, classifier and ESIM's pair head), counted
-        whichever head is built: the sum is an upper bound of any ELMo
-        model's parameters with this config, exact for each part (tests/test_configuration.py checks it).
+        BiLSTM, classifier and CRF) and the sequence classifier (``classifier_*``: BiLSTM, classifier and ESIM's pair
+        head), counted whichever head is built: the sum is an upper bound of any ELMo model's parameters with this
+        config, exact for each part (tests/test_configuration.py checks it).
         """
         cd, p, d, h = self.char_embedding_dim, self.projection_dim, self.lstm_dim, self.tagger_hidden_size
         channels = sum(count for _, count in self.char_cnn_filters)

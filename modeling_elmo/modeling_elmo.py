@@ -822,8 +822,9 @@ class ElmoModel(ElmoPreTrainedModel):
             vocab_ids: ``(B, W)`` word ids from the tokenizer (any value at padding), for a model with a word
                 input (ELMoForManyLangs, ``needs_vocab_ids``); ignored otherwise.
             token_type_ids: ``(B, W)``, 0 for the first text's words and 1 for the second's, as the tokenizer gives
-                them for a pair of texts; all zero (or ``None``) for single sentences. Given, the biLM reads each text
-                on its own (its own ``<S>``/``</S>``, fresh states; ``pairs_elmo.py``), and the mixes run over all words.
+                them for a pair of texts; all zero (or ``None``) for single sentences. Given, the biLM reads each
+                text on its own (its own ``<S>``/``</S>``, fresh states; ``pairs_elmo.py``), and the mixes run over
+                all words.
             inputs_embeds, position_ids, head_mask, output_attentions: transformers' conventional arguments,
                 accepted by name so that generic code (PEFT, pipelines) can pass them as ``None``/``False``; any
                 other value is refused with the reason (``checks_elmo.check_conventional_arguments``).
