@@ -1,4 +1,4 @@
-"""Do the pair heads learn, and does ELMo help them? Two tasks built from CoNLL-2003, each head trained twice.
+"""Do the pair heads learn, and does ELMo help them? Two tasks built from CoNLL-2003, each head trained four ways.
 
 - ``qa``: ``ElmoForQuestionAnswering`` on "Which person is mentioned ?" over sentences with exactly one person
   (``B-PER``/``I-PER``) and at least one other entity (a capitalised distractor), the person's words as the answer
@@ -8,10 +8,14 @@
   first names?" (pairs of sentences with entities; half share an entity string, half share none); accuracy and the
   positive class's F1.
 
-Each head is trained for the same number of steps, with the same data, seed and optimiser, three times, and scored
-at several step counts:
+Each variant is the same head (same class and sizes) trained for the same number of steps, with the same data and
+optimiser, and scored at several step counts; only what the head reads differs:
 
 - ``elmo``: the demo biLM (frozen), its scalar mix trained;
+- ``noelmo``: the head without ELMo, as the paper's baselines (their task models read word vectors): the base model
+  is replaced by [`WordEmbeddingBase`], a trainable word embedding over the training texts' words (cased; every
+  word seen in training has a row, every other word shares one UNK row), as wide as the mix
+  (``config.hidden_size``), initialised at random; no biLM, no character CNN;
 - ``layer0``: the same head with the mix fixed on layer 0, the biLM's context-free character-CNN word vectors
   (the other layers' weights are 0): the head without ELMo's context that still reads every word's characters
   through the pretrained character CNN, so that the difference is what the biLM's context adds (as
@@ -19,10 +23,13 @@ at several step counts:
 - ``random``: the same head on a biLM of the same shape with its initial random weights, frozen: the head without
   any pretraining (it still reads characters, through a random character CNN).
 
-Training sentences come from ``train.txt``, evaluation sentences from ``dev.txt`` (held out). Prints a Markdown
-table (and writes ``results.json`` into ``--output_dir``)::
+Each variant runs once per seed of ``--seeds``: the seed sets the head's initialisation (and the ``noelmo``
+embedding's), dropout, and the order of the training batches (the training set is reshuffled every epoch); the
+examples themselves are the same for every seed (``--data_seed`` draws the pairs). Training sentences come from
+``train.txt``, evaluation sentences from ``dev.txt`` (held out). Prints a Markdown table of the mean and standard
+deviation over seeds (and writes ``results.json``, with every seed's figures, into ``--output_dir``)::
 
-    python benchmarks/bench_pair_heads.py --output_dir /tmp/pair_heads
+    OMP_NUM_THREADS=1 python benchmarks/bench_pair_heads.py --tasks qa --output_dir /tmp/ph_qa
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import json
 import os
 import random
 import re
+import statistics
 import string
 import sys
 import time
@@ -39,15 +47,20 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from torch import nn
 from transformers import AutoConfig, pipeline
 
 from modeling_elmo import ElmoForQuestionAnswering, ElmoForSequenceClassification, ElmoTokenizer, demo_model_path
+from modeling_elmo.modeling_elmo import ElmoModelOutput
 from modeling_elmo.training.tagging_data import read_conll
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(os.environ.get("ELMO_SHARED_DIR", REPO.parent / "shared")) / "data" / "conll2003"
 QUESTION = "Which person is mentioned ?"
-VARIANTS = ("elmo", "layer0", "random")
+VARIANTS = ("elmo", "noelmo", "layer0", "random")
+LABELS = {"elmo": "ELMo", "noelmo": "no ELMo (word emb.)", "layer0": "layer 0 only", "random": "random biLM"}
+TEXTS = {"qa": ("question", "context"), "pairs": ("text", "text_pair")}  # the two texts of an example, in order
+PAD_ROW, UNK_ROW = 0, 1  # rows of WordEmbeddingBase's embedding
 
 
 def entities(words: list[str], tags: list[str]) -> list[tuple[str, int, int]]:
@@ -126,6 +139,66 @@ def exact_and_f1(prediction: str, truth: str) -> tuple[float, float]:
     return float(predicted == expected), 2 * precision * recall / (precision + recall)
 
 
+def row_words(tokenizer, input_ids: torch.Tensor) -> list[list[str]]:
+    """The words of ``(B, W, C)`` character ids, as the tokenizer decodes each row (``<pad>`` at padding)."""
+    return [tokenizer.convert_ids_to_tokens(row) for row in input_ids.tolist()]
+
+
+def word_vocabulary(tokenizer, texts: list[str]) -> dict[str, int]:
+    """Rows of the ``noelmo`` embedding: every word of ``texts`` (cased, as the tokenizer gives it) gets its own row,
+    from 2 on, in order of first appearance (0 is padding, 1 is UNK)."""
+    vocab: dict[str, int] = {}
+    encoded = tokenizer(texts, padding=True, return_tensors="pt")
+    for words, mask in zip(row_words(tokenizer, encoded["input_ids"]), encoded["attention_mask"].tolist(), strict=True):
+        for word, is_word in zip(words, mask, strict=True):
+            if is_word:  # not the padding rows (their decoded word is the pad token)
+                vocab.setdefault(word, len(vocab) + 2)
+    return vocab
+
+
+class WordEmbeddingBase(nn.Module):
+    """The ``noelmo`` variant's base model, in place of the head's ``ElmoModel`` (``model.elmo``): each word's row of
+    a trainable embedding, no biLM, no characters.
+
+    It takes what the heads pass their base and returns the fields they read from [`ElmoModelOutput`]: ``elmo``
+    ``(B, W, D)`` (D = ``config.hidden_size``, the mix's width) and ``mask`` ``(B, W)``. The vectors are context-free,
+    so each word of a pair's row gets its vector at its own position, as the real base puts each text's vectors back
+    at their positions; the head then splits the texts by ``token_type_ids`` as it does for ELMo.
+
+    Args:
+        tokenizer: the [`ElmoTokenizer`] whose character ids the head is given (rows are decoded back to words).
+        vocab: word -> row (from 2; [`word_vocabulary`]).
+        width: ``D``.
+    """
+
+    def __init__(self, tokenizer, vocab: dict[str, int], width: int):
+        super().__init__()
+        self.tokenizer, self.vocab = tokenizer, vocab
+        # N(0, 1), torch's default: per dimension about the demo ELMo mix's spread (its std is 1.04).
+        self.embedding = nn.Embedding(len(vocab) + 2, width, padding_idx=PAD_ROW)
+
+    def rows(self, input_ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """``(B, W)`` embedding rows of ``(B, W, C)`` character ids: the word's row, UNK for a word not seen in
+        training, the padding row where ``mask`` ``(B, W)`` bool is False."""
+        rows = [[self.vocab.get(word, UNK_ROW) for word in words] for words in row_words(self.tokenizer, input_ids)]
+        rows = torch.tensor(rows, dtype=torch.long, device=input_ids.device).reshape(mask.shape)
+        return rows.masked_fill(~mask, PAD_ROW)
+
+    def forward(self, input_ids, attention_mask=None, token_type_ids=None, output_hidden_states=None, **unused):
+        if any(value is not None for key, value in unused.items() if key != "return_dict"):
+            raise ValueError(f"WordEmbeddingBase reads input_ids only, got {sorted(unused)}")
+        mask = input_ids.ne(0).any(dim=-1) if attention_mask is None else attention_mask.bool()
+        vectors = self.embedding(self.rows(input_ids, mask))  # (B, W, D), zero at padding
+        return ElmoModelOutput(elmo=vectors, mask=mask.long(), last_hidden_state=vectors)
+
+    def mix_l2_penalty(self) -> torch.Tensor:
+        """No scalar mix: no penalty (the heads add this to their loss)."""
+        return torch.zeros((), device=self.embedding.weight.device)
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.embedding
+
+
 def fix_mix_on_layer0(model) -> None:
     """The ``layer0`` variant: the scalar mix's weights all on layer 0, frozen (softmax of ``[0, -1e4, ...]``:
     exactly 0 elsewhere)."""
@@ -136,16 +209,29 @@ def fix_mix_on_layer0(model) -> None:
     mix.scalar_parameters.requires_grad_(False)
 
 
-def build(head, variant: str, args, **settings):
-    """The head on the demo biLM (``elmo``), with its mix fixed on layer 0 (``layer0``), or on a biLM of the same
-    shape with its initial random weights (``random``), frozen as the others."""
+def build(head, variant: str, args, tokenizer, vocab: dict[str, int], **settings):
+    """The head on the demo biLM (``elmo``), on a word embedding over ``vocab`` instead of the biLM (``noelmo``),
+    with its mix fixed on layer 0 (``layer0``), or on a biLM of the same shape with its initial random weights
+    (``random``), frozen as the others."""
     settings |= dict(classifier_hidden_size=args.hidden, classifier_dropout=0.1, elmo_dropout=0.0)
     if variant == "random":
         return head(AutoConfig.from_pretrained(args.bilm, **settings))
     model = head.from_pretrained(args.bilm, **settings)
     if variant == "layer0":
         fix_mix_on_layer0(model)
+    if variant == "noelmo":
+        model.elmo = WordEmbeddingBase(tokenizer, vocab, model.config.hidden_size)
     return model
+
+
+def shuffled_chunks(examples: list[dict], batch_size: int, steps: int, seed: int) -> list[list[dict]]:
+    """``steps`` batches of ``examples``: epoch after epoch, each in its own order drawn from ``seed`` (the last
+    batch of an epoch may be smaller)."""
+    rng, chunks = random.Random(seed), []
+    while len(chunks) < steps:
+        order = rng.sample(examples, len(examples))
+        chunks += [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    return chunks[:steps]
 
 
 def train(model, batches, checkpoints: list[int], learning_rate: float, evaluate) -> list[dict]:
@@ -167,10 +253,9 @@ def train(model, batches, checkpoints: list[int], learning_rate: float, evaluate
     return results
 
 
-def qa_batches(tokenizer, examples: list[dict], batch_size: int) -> list[dict]:
+def qa_batches(tokenizer, chunks: list[list[dict]]) -> list[dict]:
     batches = []
-    for i in range(0, len(examples), batch_size):
-        chunk = examples[i : i + batch_size]
+    for chunk in chunks:
         encoded = tokenizer(
             [e["question"] for e in chunk],
             [e["context"] for e in chunk],
@@ -193,10 +278,9 @@ def qa_batches(tokenizer, examples: list[dict], batch_size: int) -> list[dict]:
     return batches
 
 
-def pair_batches(tokenizer, examples: list[dict], batch_size: int) -> list[dict]:
+def pair_batches(tokenizer, chunks: list[list[dict]]) -> list[dict]:
     batches = []
-    for i in range(0, len(examples), batch_size):
-        chunk = examples[i : i + batch_size]
+    for chunk in chunks:
         encoded = tokenizer(
             [e["text"] for e in chunk], [e["text_pair"] for e in chunk], padding=True, return_tensors="pt"
         )
@@ -204,9 +288,9 @@ def pair_batches(tokenizer, examples: list[dict], batch_size: int) -> list[dict]
     return batches
 
 
-def run_qa(variant: str, args, tokenizer, train_set, test_set) -> list[dict]:
-    torch.manual_seed(args.seed)
-    model = build(ElmoForQuestionAnswering, variant, args)
+def run_qa(variant: str, seed: int, args, tokenizer, vocab, train_set, test_set) -> list[dict]:
+    torch.manual_seed(seed)
+    model = build(ElmoForQuestionAnswering, variant, args, tokenizer, vocab)
 
     def evaluate(model) -> dict:
         qa = pipeline("elmo-question-answering", model=model, tokenizer=tokenizer)
@@ -218,13 +302,13 @@ def run_qa(variant: str, args, tokenizer, train_set, test_set) -> list[dict]:
             "f1": 100 * sum(s[1] for s in scores) / len(scores),
         }
 
-    batches = qa_batches(tokenizer, train_set, args.batch_size)
+    batches = qa_batches(tokenizer, shuffled_chunks(train_set, args.batch_size, max(args.eval_steps), seed))
     return train(model, batches, args.eval_steps, args.learning_rate, evaluate)
 
 
-def run_pairs(variant: str, args, tokenizer, train_set, test_set) -> list[dict]:
-    torch.manual_seed(args.seed)
-    model = build(ElmoForSequenceClassification, variant, args, num_labels=2)
+def run_pairs(variant: str, seed: int, args, tokenizer, vocab, train_set, test_set) -> list[dict]:
+    torch.manual_seed(seed)
+    model = build(ElmoForSequenceClassification, variant, args, tokenizer, vocab, num_labels=2)
     truth = [e["label"] for e in test_set]
 
     def evaluate(model) -> dict:
@@ -238,8 +322,38 @@ def run_pairs(variant: str, args, tokenizer, train_set, test_set) -> list[dict]:
             "f1": 100 * 2 * true_positives / max(sum(predicted) + sum(truth), 1),  # F1 of the positive class
         }
 
-    batches = pair_batches(tokenizer, train_set, args.batch_size)
+    batches = pair_batches(tokenizer, shuffled_chunks(train_set, args.batch_size, max(args.eval_steps), seed))
     return train(model, batches, args.eval_steps, args.learning_rate, evaluate)
+
+
+def check_vocabulary(tokenizer, vocab: dict[str, int], example: dict, task: str) -> None:
+    """The ``noelmo`` rows of a training pair, encoded as the heads get it, are its words' rows, in row order."""
+    first, second = (example[key] for key in TEXTS[task])
+    encoded = tokenizer(first, second, return_tensors="pt")
+    base = WordEmbeddingBase(tokenizer, vocab, 1)
+    rows = base.rows(encoded["input_ids"], encoded["attention_mask"].bool())[0].tolist()
+    assert rows == [vocab[word] for word in tokenizer.tokenize(first) + tokenizer.tokenize(second)], rows
+
+
+def summarise(runs: list[dict]) -> list[dict]:
+    """Mean and standard deviation (over seeds; the sample's, n - 1) of each task, variant and step count."""
+    groups: dict[tuple, list[dict]] = {}
+    for run in runs:
+        groups.setdefault((run["task"], run["variant"], run["steps"]), []).append(run)
+    summary = []
+    for (task, variant, steps), group in groups.items():
+        row = {"task": task, "variant": variant, "steps": steps, "seeds": [run["seed"] for run in group]}
+        for key in ("exact_match", "f1", "train_seconds"):
+            values = [run[key] for run in group]
+            row[key] = statistics.mean(values)
+            row[f"{key}_sd"] = statistics.stdev(values) if len(values) > 1 else 0.0
+        summary.append(row)
+    return summary
+
+
+def spread(row: dict, key: str) -> str:
+    """A table cell: ``mean ± sd`` of a summary row's ``key``."""
+    return f"{row[key]:.1f} ± {row[key + '_sd']:.1f}"
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -247,7 +361,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--bilm", default=str(demo_model_path()), help="an ElmoModel folder (default: the demo biLM)")
     parser.add_argument("--tasks", default="qa,pairs")
     parser.add_argument(
-        "--eval_steps", default="25,50,100,150", help="step counts at which both variants are scored (comma-separated)"
+        "--eval_steps", default="25,50,100,150", help="step counts at which the variants are scored (comma-separated)"
     )
     parser.add_argument("--batch_size", type=int, default=16)
     parser.add_argument("--learning_rate", type=float, default=3e-3)
@@ -255,49 +369,68 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--train_examples", type=int, default=2400)
     parser.add_argument("--test_examples", type=int, default=400)
     parser.add_argument("--max_words", type=int, default=25, help="the longest sentence used (words)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seeds", default="0,1,2", help="one run per seed (comma-separated): initialisation, dropout, batch order"
+    )
+    parser.add_argument("--data_seed", type=int, default=0, help="draws the pair task's examples (the same each run)")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"a subset of {','.join(VARIANTS)}")
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: a busy shared machine thrashes with 2)"
     )
     parser.add_argument("--output_dir", default=None)
     args = parser.parse_args(argv)
     args.eval_steps = sorted({int(n) for n in args.eval_steps.split(",")})
+    seeds = [int(n) for n in args.seeds.split(",")]
+    variants = args.variants.split(",")
+    tasks = args.tasks.split(",")
+    if unknown := sorted(set(variants) - set(VARIANTS)):
+        parser.error(f"unknown variants {unknown}: choose from {', '.join(VARIANTS)}")
+    if unknown := sorted(set(tasks) - set(TEXTS)):
+        parser.error(f"unknown tasks {unknown}: qa or pairs")
     if not DATA.is_dir():
         sys.exit(f"{DATA} not found: set ELMO_SHARED_DIR to the folder that holds data/conll2003")
     torch.set_num_threads(args.threads)
     tokenizer = ElmoTokenizer.from_pretrained(args.bilm)
-    results = []
-    for task in args.tasks.split(","):
+    runs, began = [], time.perf_counter()
+    for task in tasks:
         if task == "qa":
             data = (
                 qa_examples(DATA / "train.txt", args.train_examples, args.max_words),
                 qa_examples(DATA / "dev.txt", args.test_examples, args.max_words),
             )
             runner = run_qa
-        elif task == "pairs":
+        else:
             data = (
-                pair_examples(DATA / "train.txt", args.train_examples, args.seed, args.max_words),
-                pair_examples(DATA / "dev.txt", args.test_examples, args.seed + 1, args.max_words),
+                pair_examples(DATA / "train.txt", args.train_examples, args.data_seed, args.max_words),
+                pair_examples(DATA / "dev.txt", args.test_examples, args.data_seed + 1, args.max_words),
             )
             runner = run_pairs
-        else:
-            parser.error(f"unknown task {task!r}: qa or pairs")
-        for variant in VARIANTS:
-            for result in runner(variant, args, tokenizer, *data):
-                results.append({"task": task, "variant": variant, "train": len(data[0]), "test": len(data[1])} | result)
-                print(json.dumps(results[-1]), flush=True)
-    print(f"\nbatches of {args.batch_size}; scored on held-out dev sentences\n")
-    print("| task | steps | ELMo: EM / acc. | ELMo: F1 | layer 0 only: EM / acc. | F1 | random biLM: EM / acc. | F1 |")
-    print("|---|---|---|---|---|---|---|---|")
-    for task in args.tasks.split(","):
+        vocab = word_vocabulary(tokenizer, [example[key] for example in data[0] for key in TEXTS[task]])
+        check_vocabulary(tokenizer, vocab, data[0][0], task)
+        for variant in variants:
+            for seed in seeds:
+                for result in runner(variant, seed, args, tokenizer, vocab, *data):
+                    runs.append(
+                        {"task": task, "variant": variant, "seed": seed, "train": len(data[0]), "test": len(data[1])}
+                        | result
+                    )
+                    print(json.dumps(runs[-1]), flush=True)
+    summary = summarise(runs)
+    minutes = (time.perf_counter() - began) / 60
+    print(f"\nbatches of {args.batch_size}; scored on held-out dev sentences; mean ± sd over seeds {seeds}\n")
+    print("| task | steps | " + " | ".join(f"{LABELS[v]}: EM / acc. | F1" for v in variants) + " |")
+    print("|---|---|" + "---|---|" * len(variants))
+    for task in tasks:
         for steps in args.eval_steps:
-            row = {r["variant"]: r for r in results if r["task"] == task and r["steps"] == steps}
-            cells = " | ".join(f"{row[v]['exact_match']:.1f} | {row[v]['f1']:.1f}" for v in VARIANTS)
+            row = {r["variant"]: r for r in summary if r["task"] == task and r["steps"] == steps}
+            cells = " | ".join(f"{spread(row[v], 'exact_match')} | {spread(row[v], 'f1')}" for v in variants)
             print(f"| {task} | {steps} | {cells} |")
+    print(f"\n{minutes:.1f} min in all")
     if args.output_dir:
         Path(args.output_dir).mkdir(parents=True, exist_ok=True)
-        (Path(args.output_dir) / "results.json").write_text(json.dumps(results, indent=2))
-    return results
+        report = {"args": vars(args), "minutes": minutes, "summary": summary, "runs": runs}
+        (Path(args.output_dir) / "results.json").write_text(json.dumps(report, indent=2))
+    return runs
 
 
 if __name__ == "__main__":
