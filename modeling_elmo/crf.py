@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
+from .graph_path_elmo import crf_log_partition, crf_through_each_tag, in_graph
+
 __all__ = ["FORBIDDEN_SCORE", "ConditionalRandomField", "bio_allowed_transitions"]
 
 FORBIDDEN_SCORE = -1e4
@@ -295,6 +297,8 @@ class ConditionalRandomField(nn.Module):
         transitions, start, end = self._effective_scores(emissions.dtype)
         if emissions.shape[1] == 0:
             return self._empty_scores(emissions)
+        if in_graph():  # torch.compile / torch.export: a scan over all steps (the loop reads the longest length)
+            return crf_log_partition(emissions, mask, transitions, start, end)
         # alpha[b, j] = log-sum of the scores of all prefixes ending in tag j at the current step.
         alpha = start.unsqueeze(0) + emissions[:, 0]  # (B, K)
         for t in range(1, self._max_length(mask)):
@@ -349,6 +353,11 @@ class ConditionalRandomField(nn.Module):
         the paths through that tag, 0 at masked positions."""
         transitions, start, end = self._effective_scores(emissions.dtype)
         batch, steps, num_tags = emissions.shape
+        if in_graph():
+            if steps == 0:
+                return emissions.new_zeros(batch, 0, num_tags)
+            scores = finish(crf_through_each_tag(emissions, mask, transitions, start, end, reduce))
+            return scores.masked_fill(~mask.unsqueeze(2), 0.0)
         length = self._max_length(mask)
         if length == 0:
             return emissions.new_zeros(batch, steps, num_tags)
@@ -490,10 +499,17 @@ class ConditionalRandomField(nn.Module):
             if mask.dtype != torch.bool:
                 if mask.is_floating_point() or mask.is_complex():
                     raise ValueError(f"mask must be bool (or 0/1 integers), got dtype {mask.dtype}")
-                if ((mask != 0) & (mask != 1)).any():
+                binary = ((mask == 0) | (mask == 1)).all()
+                if in_graph():  # no host read in a graph: checked when it runs (RuntimeError, same message)
+                    torch._assert_async(binary, "an integer mask must hold only 0 and 1")
+                elif not binary:
                     raise ValueError("an integer mask must hold only 0 and 1")
                 mask = mask.bool()
-            if steps > 1 and (mask[:, 1:] & ~mask[:, :-1]).any():
+            if in_graph():
+                torch._assert_async(
+                    (mask[:, 1:] & ~mask[:, :-1]).logical_not().all(), "mask must be right-padded (True on a prefix)"
+                )
+            elif steps > 1 and (mask[:, 1:] & ~mask[:, :-1]).any():
                 rows = torch.nonzero((mask[:, 1:] & ~mask[:, :-1]).any(dim=1)).flatten().tolist()
                 raise ValueError(
                     f"mask must be right-padded (True on a prefix, then False), but rows {rows} have a True after a "
@@ -512,7 +528,9 @@ class ConditionalRandomField(nn.Module):
             raise ValueError(f"tags must be an integer tensor, got dtype {tags.dtype}")
         tags = tags.long()
         bad = mask & ((tags < 0) | (tags >= self.num_tags))
-        if bad.any():
+        if in_graph():
+            torch._assert_async(bad.logical_not().all(), f"tags must be in [0, {self.num_tags}) at unmasked positions")
+        elif bad.any():
             position = tuple(torch.nonzero(bad)[0].tolist())
             raise ValueError(
                 f"tags must be in [0, {self.num_tags}) at unmasked positions; found {int(tags[position])} at "

@@ -83,7 +83,9 @@ def run_layer(layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
         h = layer.project(memory)
         if proj_clip is not None:
             h = h.clamp(-proj_clip, proj_clip)
-        return (h, c), h.clone()  # scan refuses an output that aliases the carry
+        # Clones of the carry too: under autograd, inductor refuses a carry that scan also saves for the backward
+        # ("scan might be aliasing", torch 2.13, pytorch/pytorch#195977); aot_eager takes either.
+        return (h.clone(), c.clone()), h.clone()
 
     h0 = gates_in.new_zeros(2, batch, width, dtype=inputs.dtype)
     c0 = gates_in.new_zeros(2, batch, layer.lstm_dim, dtype=layer.state_dtype(bias.dtype))
@@ -145,4 +147,124 @@ def _layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor) -> li
     return [layer[:, 1 : words + 1] * keep for layer in layers]
 
 
-__all__ = ["encode_characters", "graph_layers", "in_graph", "length_bucket", "reverse_padded", "run_layer"]
+def graph_padding(words) -> int:
+    """How many padded steps a task recurrence (the heads' BiLSTMs, the CRF) runs past ``words`` in a graph: up to
+    [`length_bucket`] under ``torch.compile`` (a constant number of steps per bucket, as [`graph_layers`] does),
+    one under ``torch.export`` (the recurrence over a symbolic length, never empty)."""
+    if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
+        return length_bucket(words) - words
+    return 1
+
+
+def run_task_lstm(lstm: nn.Module, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """A task's bidirectional LSTM ([`ElmoTaskLstm`], ``nn.LSTM``'s weights) on padded input, as the eager path
+    runs it on packed sequences: ``features (B, W, F)``, ``lengths (B,)`` -> ``(B, W, 2H)``, zero past each row's
+    length.
+
+    Each layer is one ``scan`` over the steps, both directions at once (gates in ``nn.LSTM``'s order: input, forget,
+    cell, output). As in [`run_layer`], the backward direction reads each row reversed within its length, so padding
+    never reaches a real step; between layers, the module's dropout."""
+    words = features.shape[1]
+    pad = graph_padding(words)
+    x = F.pad(features, (0, 0, 0, pad))  # (B, T, F), T = W + pad
+    batch, steps, _ = x.shape
+    keep = (torch.arange(steps, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1).to(x.dtype)
+    for k in range(lstm.num_layers):
+        names = [f"l{k}", f"l{k}_reverse"]
+        w_ih = torch.stack([getattr(lstm, f"weight_ih_{n}") for n in names])  # (2, 4H, F)
+        w_hh = torch.stack([getattr(lstm, f"weight_hh_{n}") for n in names]).transpose(1, 2)  # (2, H, 4H)
+        bias = torch.stack([getattr(lstm, f"bias_ih_{n}") + getattr(lstm, f"bias_hh_{n}") for n in names])
+        inputs = torch.stack([x, reverse_padded(x, lengths)]).reshape(2, batch * steps, -1)  # (2, B * T, F)
+        gates_in = torch.baddbmm(bias.unsqueeze(1), inputs, w_ih.transpose(1, 2))  # (2, B * T, 4H)
+        gates_in = gates_in.reshape(2, batch, steps, -1).permute(2, 0, 1, 3)  # (T, 2, B, 4H)
+
+        def step(carry, gates_t, w_hh=w_hh):
+            h, c = carry
+            i, f, g, o = (gates_t + torch.bmm(h, w_hh)).chunk(4, dim=-1)
+            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h = torch.sigmoid(o) * torch.tanh(c)
+            return (h.clone(), c.clone()), h.clone()  # clones: see run_layer
+
+        h0 = gates_in.new_zeros(2, batch, lstm.hidden_size)
+        _, outputs = _scan()(step, (h0, h0.clone()), gates_in)  # (T, 2, B, H)
+        outputs = outputs.permute(1, 2, 0, 3)  # (2, B, T, H)
+        x = torch.cat([outputs[0], reverse_padded(outputs[1], lengths)], dim=-1) * keep  # (B, T, 2H)
+        if k < lstm.num_layers - 1:
+            x = F.dropout(x, lstm.dropout, lstm.training)
+    return x[:, :words]
+
+
+def _pad_steps(emissions: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``emissions (B, W, K)`` and ``mask (B, W)`` padded with [`graph_padding`] masked steps (so ``T >= 2``)."""
+    pad = graph_padding(emissions.shape[1])
+    return F.pad(emissions, (0, 0, 0, pad)), F.pad(mask, (0, pad))
+
+
+def crf_log_partition(
+    emissions: torch.Tensor, mask: torch.Tensor, transitions: torch.Tensor, start: torch.Tensor, end: torch.Tensor
+) -> torch.Tensor:
+    """The CRF's forward algorithm (``ConditionalRandomField._log_partition``) as one ``scan``: ``emissions (B, W,
+    K)``, right-padded ``mask (B, W)`` bool, the effective ``transitions (K, K)``, ``start``/``end (K,)`` -> ``log Z``
+    ``(B,)``, 0 for an empty row."""
+    emissions, mask = _pad_steps(emissions, mask)
+
+    def step(alpha, inputs):
+        emission, real = inputs
+        forward = torch.logsumexp(alpha.unsqueeze(2) + transitions, dim=1) + emission
+        alpha = torch.where(real.unsqueeze(1), forward, alpha)  # past a row's end: carried unchanged
+        return alpha.clone(), alpha.clone()
+
+    alpha = start.unsqueeze(0) + emissions[:, 0]  # (B, K)
+    _, alphas = _scan()(step, alpha, (emissions[:, 1:].transpose(0, 1), mask[:, 1:].transpose(0, 1)))
+    # The last output, not the final carry (whose gradient inductor gets wrong: see the module docstring).
+    log_z = torch.logsumexp(alphas[-1] + end.unsqueeze(0), dim=1)
+    return torch.where(mask[:, 0], log_z, torch.zeros_like(log_z))
+
+
+def crf_through_each_tag(
+    emissions: torch.Tensor,
+    mask: torch.Tensor,
+    transitions: torch.Tensor,
+    start: torch.Tensor,
+    end: torch.Tensor,
+    reduce,
+) -> torch.Tensor:
+    """The CRF's forward-backward (``ConditionalRandomField._through_each_tag``) as two ``scan``s, before ``finish``:
+    ``alpha + beta`` ``(B, W, K)`` per position and tag, with ``reduce`` (``torch.logsumexp`` or ``torch.amax``) over
+    the neighbouring tag; arguments as in [`crf_log_partition`]. Masked positions hold values the caller zeroes."""
+    words = emissions.shape[1]
+    emissions, mask = _pad_steps(emissions, mask)
+    following = (emissions[:, 1:].transpose(0, 1), mask[:, 1:].transpose(0, 1))  # (T - 1, B, K), (T - 1, B)
+
+    def forward_step(alpha, emission):
+        alpha = reduce(alpha.unsqueeze(2) + transitions, dim=1) + emission
+        return alpha.clone(), alpha.clone()
+
+    final = end.unsqueeze(0).expand(emissions.shape[0], -1)  # (B, K): END alone after a row's last position
+
+    def backward_step(beta, inputs):
+        emission, real = inputs
+        after = reduce(transitions.unsqueeze(0) + (emission + beta).unsqueeze(1), dim=2)
+        beta = torch.where(real.unsqueeze(1), after, final)
+        return beta.clone(), beta.clone()
+
+    first = start.unsqueeze(0) + emissions[:, 0]
+    _, alphas = _scan()(forward_step, first, following[0])
+    _, betas = _scan()(backward_step, final.clone(), following, reverse=True)
+    alphas = torch.cat([first.unsqueeze(1), alphas.transpose(0, 1)], dim=1)  # (B, T, K)
+    betas = torch.cat([betas.transpose(0, 1), final.unsqueeze(1)], dim=1)
+    return (alphas + betas)[:, :words]
+
+
+__all__ = [
+    "crf_log_partition",
+    "crf_through_each_tag",
+    "encode_characters",
+    "graph_layers",
+    "graph_padding",
+    "in_graph",
+    "length_bucket",
+    "reverse_padded",
+    "run_layer",
+    "run_task_lstm",
+]

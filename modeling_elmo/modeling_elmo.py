@@ -64,6 +64,7 @@ from .manylangs import PAD_CHAR as MANYLANGS_PAD_CHAR
 from .manylangs import ElmoWordInput, append_word_ids, boundary_rows
 from .pairs_elmo import pair_layers
 from .scalar_mix_elmo import ElmoScalarMix
+from .task_lstm_elmo import ElmoTaskLstm
 
 logger = logging.get_logger(__name__)
 
@@ -610,6 +611,9 @@ class ElmoPreTrainedModel(ElmoCharacterInputs, PreTrainedModel):
             for param in (module.input_kernel, module.state_kernel, module.projection):
                 init.normal_(param, mean=0.0, std=self.config.initializer_range)
             init.zeros_(module.bias)
+        elif isinstance(module, ElmoTaskLstm):  # as transformers initialises an nn.LSTM
+            for name, param in module.named_parameters():
+                (init.xavier_uniform_ if name.startswith("weight") else init.zeros_)(param)
         else:
             super()._init_weights(module)
 

@@ -36,6 +36,7 @@ from transformers.utils import can_return_tuple
 
 from .configuration_elmo import ElmoConfig
 from .esim_elmo import ElmoEsimHead
+from .graph_path_elmo import in_graph
 from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
 from .modeling_elmo_tagging import IGNORE_INDEX, ElmoTagEncoder
 from .pairs_elmo import pair_layout, split_pairs
@@ -209,27 +210,32 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
             return single()
         layout = pair_layout(token_type_ids, mask)  # first texts in rows 0..B-1, second texts in rows B..2B-1
         is_pair = layout.split_mask.chunk(2)[1].any(dim=1)  # (B,)
-        if not bool(is_pair.any()):  # single sentences with all-zero token_type_ids: the sentence head alone
+        # Single sentences with all-zero token_type_ids: the sentence head alone (in a graph, which cannot branch on
+        # values, both heads run and each row takes its own).
+        if not in_graph() and not bool(is_pair.any()):
             return single()
         encoded = self.encoder(split_pairs(mix, layout), layout.split_mask.sum(dim=1))  # (2B, W, 2H)
         composed = self.pair_head.compose(encoded, layout.split_mask)  # (2B, W, 2H)
         pooled = pool_words(composed, layout.split_mask, "max_mean")  # (2B, 4H), as ESIM pools
         logits = self.pair_head.classify(torch.cat(pooled.chunk(2), dim=-1))  # (B, K)
-        return logits if bool(is_pair.all()) else torch.where(is_pair.unsqueeze(1), logits, single())
+        if not in_graph() and bool(is_pair.all()):
+            return logits
+        return torch.where(is_pair.unsqueeze(1), logits, single())
 
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of ``config.problem_type``, decided and recorded as transformers' heads do when it is None."""
         config, batch, k = self.config, logits.shape[0], self.num_labels
-        if config.problem_type is None:
+        problem = config.problem_type
+        if problem is None:
             # As BertForSequenceClassification: recorded in the config, so that a saved model's pipeline applies
             # the matching score function (sigmoid for multi-label, softmax for single-label).
             if k == 1:
-                config.problem_type = "regression"
+                problem = "regression"
             elif labels.dtype in (torch.long, torch.int):
-                config.problem_type = "single_label_classification"
+                problem = "single_label_classification"
             else:
-                config.problem_type = "multi_label_classification"
-        problem = config.problem_type
+                problem = "multi_label_classification"
+            config.problem_type = problem
         if problem == "regression":
             if labels.numel() != logits.numel():
                 raise ValueError(
@@ -245,7 +251,10 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
                 )
             labels = labels.reshape(-1)
             # -100 marks a sentence without a label, left out of the loss as by transformers' heads.
-            if bool((((labels < 0) & labels.ne(IGNORE_INDEX)) | (labels >= k)).any()):
+            bad = ((labels < 0) & labels.ne(IGNORE_INDEX)) | (labels >= k)
+            if in_graph():  # checked when the graph runs (RuntimeError), without reading values into Python
+                torch._assert_async(bad.logical_not().all(), f"labels must be class ids in [0, {k}) or -100")
+            elif bool(bad.any()):
                 raise ValueError(
                     f"labels must be class ids in [0, {k}), got {labels.unique().tolist()[:8]} ({IGNORE_INDEX} marks "
                     "a sentence without a label)"
@@ -259,7 +268,9 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
                 )
             # BCE of a target outside [0, 1] (or NaN) is still a number, but no probability: refused, not trained on.
             outside = ~((labels >= 0) & (labels <= 1))
-            if bool(outside.any()):
+            if in_graph():
+                torch._assert_async(outside.logical_not().all(), "multi-label classification targets must be in [0, 1]")
+            elif bool(outside.any()):
                 raise ValueError(
                     f"multi-label classification targets must be in [0, 1], got {labels[outside][:5].tolist()}"
                 )

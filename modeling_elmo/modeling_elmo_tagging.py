@@ -32,7 +32,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import initialization as init
 from transformers.modeling_outputs import TokenClassifierOutput
 from transformers.utils import can_return_tuple
@@ -40,7 +39,9 @@ from transformers.utils import can_return_tuple
 from .checks_elmo import check_conventional_arguments
 from .configuration_elmo import ElmoConfig
 from .crf import ConditionalRandomField, bio_allowed_transitions
+from .graph_path_elmo import in_graph
 from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
+from .task_lstm_elmo import ElmoTaskLstm
 
 IGNORE_INDEX = -100
 
@@ -80,31 +81,17 @@ def crf_transitions_for(config: ElmoConfig) -> list[tuple[int, int]] | None:
 
 
 class ElmoTagEncoder(nn.Module):
-    """The task's BiLSTM over word features, run on packed sequences (no work on padding).
+    """The task's BiLSTM over word features: [`ElmoTaskLstm`], packed in eager mode (no work on padding).
 
-    Input ``(B, W, F)`` and lengths ``(B,)``; output ``(B, W, 2H)``, zero past each sentence's end.
+    Input ``(B, W, F)`` and lengths ``(B,)``; output ``(B, W, 2H)``.
     """
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int, dropout: float):
         super().__init__()
-        self.lstm = nn.LSTM(
-            input_size,
-            hidden_size,
-            num_layers=num_layers,
-            batch_first=True,
-            bidirectional=True,
-            dropout=dropout if num_layers > 1 else 0.0,  # between layers; nn.LSTM warns otherwise
-        )
+        self.lstm = ElmoTaskLstm(input_size, hidden_size, num_layers, dropout if num_layers > 1 else 0.0)
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        words = features.shape[1]
-        if words == 0:  # only empty sentences: nothing to run (packing would fail on empty tensors)
-            return features.new_zeros(features.shape[0], 0, 2 * self.lstm.hidden_size)
-        # pack_padded_sequence rejects empty rows: give them one (zero, later masked) step.
-        packed = pack_padded_sequence(features, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
-        output, _ = self.lstm(packed)
-        output, _ = pad_packed_sequence(output, batch_first=True, total_length=words)
-        return output
+        return self.lstm(features, lengths)
 
 
 class ElmoForTokenClassification(ElmoPreTrainedModel):
@@ -330,7 +317,9 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
             )
         ids = vocab_ids.masked_fill(~mask | vocab_ids.lt(0), 0)  # padding (-100) -> any valid row, masked later
         size = self.config.tagger_word_vocab_size
-        if ids.numel() and int(ids.max()) >= size:
+        if in_graph():
+            torch._assert_async(ids.lt(size).all(), f"vocab_ids must be below the word embedding's {size} rows")
+        elif ids.numel() and int(ids.max()) >= size:
             raise ValueError(
                 f"vocab_ids up to {int(ids.max())} but the word embedding has {size} rows: use the tokenizer saved "
                 "with this model (its vocabulary was built with it)"
@@ -343,7 +332,10 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
                 f"labels must be word-level with shape (batch, words) = {tuple(mask.shape)}, got {tuple(labels.shape)}"
             )
         labelled = labels.ne(IGNORE_INDEX) & mask
-        if bool(((labels < 0) | (labels >= self.num_labels))[labelled].any()):
+        outside = ((labels < 0) | (labels >= self.num_labels)) & labelled
+        if in_graph():  # checked when the graph runs (RuntimeError), without reading values into Python
+            torch._assert_async(outside.logical_not().all(), f"labels must be in [0, {self.num_labels}) or -100")
+        elif bool(outside.any()):
             raise ValueError(
                 f"labels must be in [0, {self.num_labels}) or -100, got {labels[labelled].unique().tolist()}"
             )
@@ -352,7 +344,9 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
                 logits.reshape(-1, self.num_labels), labels.masked_fill(~labelled, IGNORE_INDEX).reshape(-1)
             )
         prefix = torch.arange(labelled.shape[1], device=labelled.device) < labelled.sum(dim=1, keepdim=True)
-        if not torch.equal(labelled, prefix):
+        if in_graph():
+            torch._assert_async(labelled.eq(prefix).all(), "with use_crf, the labelled words must come first")
+        elif not torch.equal(labelled, prefix):
             raise ValueError(
                 "with use_crf, the labelled words of each sentence must come first (-100 only after them): "
                 "a CRF scores whole tag sequences"
@@ -400,4 +394,9 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
         return [[self.config.id2label[t] for t in row] for row in self.decode(emissions, mask)]
 
 
-__all__ = ["ElmoForTokenClassification", "ElmoTagEncoder", "ElmoTokenClassifierOutput", "crf_transitions_for"]
+__all__ = [
+    "ElmoForTokenClassification",
+    "ElmoTagEncoder",
+    "ElmoTokenClassifierOutput",
+    "crf_transitions_for",
+]

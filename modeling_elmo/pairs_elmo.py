@@ -8,7 +8,7 @@ reads every text in one batched pass, and puts each word's vectors back at its p
 
 Everything is index arithmetic on tensors (``index_select`` with computed indices; no Python loop over rows, no
 ``.tolist()``, no boolean indexing) and the split keeps the width ``W``, so shapes do not depend on the data; only
-[`check_token_type_ids`] inspects values, to refuse bad input.
+[`check_token_type_ids`] inspects values, to refuse bad input (in a graph, as ``torch._assert_async``).
 
 Shapes: B rows, W words (after padding), C characters per word, H any feature width.
 """
@@ -19,6 +19,8 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+
+from .graph_path_elmo import in_graph
 
 
 class PairLayout(NamedTuple):
@@ -53,6 +55,12 @@ def check_token_type_ids(token_type_ids: torch.Tensor, mask: torch.Tensor) -> to
             f"token_type_ids must be a (batch, words) tensor like attention_mask {tuple(mask.shape)}, got {shape}"
         )
     types = token_type_ids.long().masked_fill(~mask, 0)
+    if in_graph():  # torch.compile / torch.export: checked when the graph runs (RuntimeError, no host read)
+        torch._assert_async(((types == 0) | (types == 1)).all(), "token_type_ids must be 0 or 1 at every word")
+        if types.shape[1] > 1:
+            interleaved = (types[:, 1:] < types[:, :-1]).logical_and(mask[:, 1:])
+            torch._assert_async(interleaved.logical_not().all(), "token_type_ids must be 0s, then 1s, in every row")
+        return types
     if bool(((types != 0) & (types != 1)).any()):
         raise ValueError(
             "token_type_ids must be 0 (first text) or 1 (second text) at every word, got "
