@@ -37,6 +37,7 @@ from transformers.utils import ModelOutput, can_return_tuple
 
 from .checks_elmo import check_conventional_arguments
 from .configuration_elmo import ElmoConfig
+from .graph_path_elmo import in_graph
 from .modeling_elmo import (
     ElmoLstmState,
     ElmoModel,
@@ -229,7 +230,17 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if labels.dtype.is_floating_point:
             raise ValueError(f"labels must be integer word ids, got dtype {labels.dtype}")
         vocab_size = self.config.lm_vocab_size
-        checked = [labels[mask]] if boundary_labels is None else [labels[mask], boundary_labels.flatten()]
+        if in_graph():  # torch.compile / torch.export: checked when the graph runs (RuntimeError, no host read)
+            outside = ((labels < 0) & (labels != IGNORE_INDEX)) | (labels >= vocab_size)
+            if boundary_labels is not None:
+                edges = ((boundary_labels < 0) & (boundary_labels != IGNORE_INDEX)) | (boundary_labels >= vocab_size)
+                torch._assert_async(edges.logical_not().all(), f"boundary_labels must be in [0, {vocab_size}) or -100")
+            torch._assert_async(
+                (outside & mask).logical_not().all(), f"labels must be word ids in [0, {vocab_size}) or -100"
+            )
+            checked = []
+        else:
+            checked = [labels[mask]] if boundary_labels is None else [labels[mask], boundary_labels.flatten()]
         for values in checked:
             bad = ((values < 0) & (values != IGNORE_INDEX)) | (values >= vocab_size)
             if bool(bad.any()):

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .graph_path_elmo import in_graph
+
 IGNORE_INDEX = -100
 _REDUCTIONS = ("mean", "sum", "none")
 
@@ -215,7 +217,9 @@ def _check_loss_inputs(hidden, targets, weight, bias, reduction) -> None:
         raise ValueError(f"reduction must be one of {_REDUCTIONS}, got {reduction!r}")
     vocab_size = weight.shape[0]
     bad = ((targets < 0) & (targets != IGNORE_INDEX)) | (targets >= vocab_size)
-    if bool(bad.any()):
+    if in_graph():  # torch.compile / torch.export: checked when the graph runs (RuntimeError, no host read)
+        torch._assert_async(bad.logical_not().all(), f"targets must be in [0, {vocab_size}) or {IGNORE_INDEX}")
+    elif bool(bad.any()):
         raise ValueError(
             f"targets must be in [0, {vocab_size}) or {IGNORE_INDEX} (ignored); "
             f"got {targets[bad][:5].tolist()} at rows {bad.nonzero().flatten()[:5].tolist()}"
@@ -268,8 +272,16 @@ def sampled_softmax_loss(
     num_samples = _check_num_samples(num_samples)
 
     keep = targets != IGNORE_INDEX
-    hidden_kept = hidden[keep]  # (M, P)
-    targets_kept = targets[keep].long()  # (M,)
+    # In a graph (torch.compile, torch.export), shapes cannot depend on values: every row is scored (an ignored
+    # one against id 0) and ignored rows are zeroed after; and the negatives are drawn with replacement (unique
+    # draws repeat until S distinct ids have come up, a loop whose length is random), unless every id is taken.
+    graph = in_graph()
+    if graph:
+        hidden_kept, targets_kept = hidden, targets.long().clamp(min=0)  # (N, P), (N,)
+        unique = unique and num_samples >= sampler.vocab_size
+    else:
+        hidden_kept = hidden[keep]  # (M, P)
+        targets_kept = targets[keep].long()  # (M,)
 
     candidates = sampler.sample(num_samples, generator=generator, device=hidden.device, unique=unique)
     sampled_ids = candidates.ids  # (S,)
@@ -290,6 +302,11 @@ def sampled_softmax_loss(
     logits = torch.cat([true_logits.unsqueeze(1), sampled_logits], dim=1)  # (M, 1 + S)
     labels = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
     losses = F.cross_entropy(logits, labels, reduction="none")  # (M,)
+    if graph:
+        losses = losses.masked_fill(~keep, 0.0)  # (N,)
+        if reduction == "none":
+            return losses
+        return losses.sum() if reduction == "sum" else losses.sum() / keep.sum()
     if reduction == "none":
         return losses.new_zeros(targets.shape[0]).masked_scatter(keep, losses)
     if reduction == "sum":
