@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .modeling_elmo_tagging import ElmoTagEncoder
-from .pairs_elmo import masked_softmax
+from .pairs_elmo import masked_softmax, split_texts
 
 
 class ElmoEsimHead(nn.Module):
@@ -55,8 +55,8 @@ class ElmoEsimHead(nn.Module):
         Returns:
             ``(2B, W, 2H)``: ``v_a`` (rows ``0..B-1``) and ``v_b`` (rows ``B..2B-1``), zero past each text's end.
         """
-        a, b = encoded.chunk(2)  # (B, W, 2H) each
-        mask_a, mask_b = mask.chunk(2)  # (B, W) each
+        a, b = split_texts(encoded)  # (B, W, 2H) each
+        mask_a, mask_b = split_texts(mask)  # (B, W) each
         scores = torch.bmm(a, b.transpose(1, 2))  # (B, W_a, W_b): e_ij
         aligned_a = torch.bmm(masked_softmax(scores, mask_b.unsqueeze(1), dim=2), b)  # (B, W, 2H): ~a
         aligned_b = torch.bmm(masked_softmax(scores, mask_a.unsqueeze(2), dim=1).transpose(1, 2), a)  # ~b

@@ -1,5 +1,6 @@
-"""ElmoModel's graph path: the same function as the eager forward, with no data-dependent Python control flow, for
-``torch.compile(fullgraph=True)`` (also with ``mode="reduce-overhead"``, CUDA graphs) and ``torch.export``.
+"""The graph path of ElmoModel and of the heads: the same functions as the eager forward, with no data-dependent
+Python control flow, for ``torch.compile(fullgraph=True)`` (also with ``mode="reduce-overhead"``, CUDA graphs) and
+``torch.export``.
 
 ``ElmoModel._compute_layers`` chooses it at one place, [`in_graph`]: while torch compiles or exports, else the eager
 path runs (packed steps with a Python loop over their batch sizes, unique words, the length-split character CNN,
@@ -16,6 +17,16 @@ What differs from the eager path, and why the outputs are the same (within float
   and never reach them; outputs there are zeroed at the end. Under ``torch.export`` ``T`` stays a symbolic size (an
   ONNX ``Scan`` of any length); under ``torch.compile`` the words are padded to a length bucket ([`length_bucket`]),
   so that a few graphs serve all lengths (inductor cannot lower a scan of symbolic length in torch 2.13).
+
+The heads' recurrences take the same approach: a task BiLSTM ([`run_task_lstm`], for ``ElmoTaskLstm``) and the CRF's
+forward and forward-backward algorithms ([`crf_log_partition`], [`crf_through_each_tag`]) are scans over the padded
+steps (a length bucket under ``torch.compile``, as the biLM's), where the eager path packs or loops up to the longest
+sentence; the heads' value checks become ``torch._assert_async`` in a graph.
+
+Known limit (torch 2.13): inductor's gradients of a head with several task-LSTM scans (a 2-layer tagger or BiDAF
+encoder) or with the CRF are wrong when the graph has static shapes (the first compile of a shape; measured: the two
+layers' recurrent weights get the same gradient). ``aot_eager`` and inductor with dynamic shapes are right, as are
+inductor's outputs and ElmoModel's own gradients; ``tests/test_compile.py`` checks what holds.
 
 Not on the graph path: a carried LSTM state (``lstm_state=``, ``config.stateful``: each row's state is looked up by
 value), stream mode and the token cache. The final LSTM states are not returned from the scan: on torch 2.13,
@@ -150,10 +161,24 @@ def _layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor) -> li
 def graph_padding(words) -> int:
     """How many padded steps a task recurrence (the heads' BiLSTMs, the CRF) runs past ``words`` in a graph: up to
     [`length_bucket`] under ``torch.compile`` (a constant number of steps per bucket, as [`graph_layers`] does),
-    one under ``torch.export`` (the recurrence over a symbolic length, never empty)."""
+    one under ``torch.export`` (a recurrence over a symbolic length, never empty)."""
     if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
         return length_bucket(words) - words
     return 1
+
+
+def _task_lstm_step(w_forward: torch.Tensor, w_backward: torch.Tensor):
+    """The scan step of a task LSTM layer, both directions, from the parameters ``W_hh`` ``(4H, H)`` of each."""
+
+    def step(carry, gates_t):
+        h, c = carry
+        hidden_gates = torch.stack([h[0] @ w_forward.t(), h[1] @ w_backward.t()])
+        i, f, g, o = (gates_t + hidden_gates).chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        return (h.clone(), c.clone()), h.clone()  # clones: see run_layer
+
+    return step
 
 
 def run_task_lstm(lstm: nn.Module, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -172,20 +197,13 @@ def run_task_lstm(lstm: nn.Module, features: torch.Tensor, lengths: torch.Tensor
     for k in range(lstm.num_layers):
         names = [f"l{k}", f"l{k}_reverse"]
         w_ih = torch.stack([getattr(lstm, f"weight_ih_{n}") for n in names])  # (2, 4H, F)
-        w_hh = torch.stack([getattr(lstm, f"weight_hh_{n}") for n in names]).transpose(1, 2)  # (2, H, 4H)
         bias = torch.stack([getattr(lstm, f"bias_ih_{n}") + getattr(lstm, f"bias_hh_{n}") for n in names])
         inputs = torch.stack([x, reverse_padded(x, lengths)]).reshape(2, batch * steps, -1)  # (2, B * T, F)
         gates_in = torch.baddbmm(bias.unsqueeze(1), inputs, w_ih.transpose(1, 2))  # (2, B * T, 4H)
         gates_in = gates_in.reshape(2, batch, steps, -1).permute(2, 0, 1, 3)  # (T, 2, B, 4H)
 
-        def step(carry, gates_t, w_hh=w_hh):
-            h, c = carry
-            i, f, g, o = (gates_t + torch.bmm(h, w_hh)).chunk(4, dim=-1)
-            c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h = torch.sigmoid(o) * torch.tanh(c)
-            return (h.clone(), c.clone()), h.clone()  # clones: see run_layer
-
         h0 = gates_in.new_zeros(2, batch, lstm.hidden_size)
+        step = _task_lstm_step(*(getattr(lstm, f"weight_hh_{n}") for n in names))
         _, outputs = _scan()(step, (h0, h0.clone()), gates_in)  # (T, 2, B, H)
         outputs = outputs.permute(1, 2, 0, 3)  # (2, B, T, H)
         x = torch.cat([outputs[0], reverse_padded(outputs[1], lengths)], dim=-1) * keep  # (B, T, 2H)
@@ -195,7 +213,8 @@ def run_task_lstm(lstm: nn.Module, features: torch.Tensor, lengths: torch.Tensor
 
 
 def _pad_steps(emissions: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``emissions (B, W, K)`` and ``mask (B, W)`` padded with [`graph_padding`] masked steps (so ``T >= 2``)."""
+    """``emissions (B, W, K)`` and ``mask (B, W)`` padded with [`graph_padding`] masked steps, to ``T`` steps (the
+    scans run ``T - 1 >= 1``)."""
     pad = graph_padding(emissions.shape[1])
     return F.pad(emissions, (0, 0, 0, pad)), F.pad(mask, (0, pad))
 
@@ -240,17 +259,19 @@ def crf_through_each_tag(
         alpha = reduce(alpha.unsqueeze(2) + transitions, dim=1) + emission
         return alpha.clone(), alpha.clone()
 
-    final = end.unsqueeze(0).expand(emissions.shape[0], -1)  # (B, K): END alone after a row's last position
+    # END alone after a row's last position. The steps read ``end`` itself, not a view of it: inductor (torch 2.13)
+    # loses the gradient of a view that a scan step reads.
+    final = end.unsqueeze(0).expand(emissions.shape[0], -1).clone()  # (B, K)
 
     def backward_step(beta, inputs):
         emission, real = inputs
         after = reduce(transitions.unsqueeze(0) + (emission + beta).unsqueeze(1), dim=2)
-        beta = torch.where(real.unsqueeze(1), after, final)
+        beta = torch.where(real.unsqueeze(1), after, end.unsqueeze(0))
         return beta.clone(), beta.clone()
 
     first = start.unsqueeze(0) + emissions[:, 0]
     _, alphas = _scan()(forward_step, first, following[0])
-    _, betas = _scan()(backward_step, final.clone(), following, reverse=True)
+    _, betas = _scan()(backward_step, final, following, reverse=True)
     alphas = torch.cat([first.unsqueeze(1), alphas.transpose(0, 1)], dim=1)  # (B, T, K)
     betas = torch.cat([betas.transpose(0, 1), final.unsqueeze(1)], dim=1)
     return (alphas + betas)[:, :words]

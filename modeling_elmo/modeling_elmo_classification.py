@@ -39,7 +39,7 @@ from .esim_elmo import ElmoEsimHead
 from .graph_path_elmo import in_graph
 from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
 from .modeling_elmo_tagging import IGNORE_INDEX, ElmoTagEncoder
-from .pairs_elmo import pair_layout, split_pairs
+from .pairs_elmo import pair_layout, split_pairs, split_texts
 
 PROBLEM_TYPES = ("regression", "single_label_classification", "multi_label_classification")
 
@@ -209,7 +209,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         if token_type_ids is None:
             return single()
         layout = pair_layout(token_type_ids, mask)  # first texts in rows 0..B-1, second texts in rows B..2B-1
-        is_pair = layout.split_mask.chunk(2)[1].any(dim=1)  # (B,)
+        is_pair = split_texts(layout.split_mask)[1].any(dim=1)  # (B,)
         # Single sentences with all-zero token_type_ids: the sentence head alone (in a graph, which cannot branch on
         # values, both heads run and each row takes its own).
         if not in_graph() and not bool(is_pair.any()):
@@ -217,7 +217,7 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         encoded = self.encoder(split_pairs(mix, layout), layout.split_mask.sum(dim=1))  # (2B, W, 2H)
         composed = self.pair_head.compose(encoded, layout.split_mask)  # (2B, W, 2H)
         pooled = pool_words(composed, layout.split_mask, "max_mean")  # (2B, 4H), as ESIM pools
-        logits = self.pair_head.classify(torch.cat(pooled.chunk(2), dim=-1))  # (B, K)
+        logits = self.pair_head.classify(torch.cat(split_texts(pooled), dim=-1))  # (B, K)
         if not in_graph() and bool(is_pair.all()):
             return logits
         return torch.where(is_pair.unsqueeze(1), logits, single())

@@ -39,7 +39,7 @@ from transformers.utils import can_return_tuple
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
 from .modeling_elmo_tagging import ElmoTagEncoder
-from .pairs_elmo import masked_softmax, merge_pairs, pair_layout, split_pairs
+from .pairs_elmo import masked_softmax, merge_pairs, pair_layout, split_pairs, split_texts
 
 
 class ElmoBidafAttention(nn.Module):
@@ -161,8 +161,8 @@ class ElmoForQuestionAnswering(ElmoPreTrainedModel):
         layout = pair_layout(token_type_ids, mask)  # questions in rows 0..B-1, contexts in rows B..2B-1
         mix = split_pairs(base.elmo.to(self.start_output.weight.dtype), layout)  # (2B, W, 2P)
         encoded = self.encoder(mix, layout.split_mask.sum(dim=1))  # the mix has its dropout  # (2B, W, 2d)
-        u, h = encoded.chunk(2)
-        u_mask, h_mask = layout.split_mask.chunk(2)
+        u, h = split_texts(encoded)
+        u_mask, h_mask = split_texts(layout.split_mask)
         lengths = h_mask.sum(dim=1)
         g = self.attention(h, u, h_mask, u_mask)  # (B, W, 8d)
         m = self.modelling(g, lengths)  # (B, W, 2d)

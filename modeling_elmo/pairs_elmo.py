@@ -55,19 +55,20 @@ def check_token_type_ids(token_type_ids: torch.Tensor, mask: torch.Tensor) -> to
             f"token_type_ids must be a (batch, words) tensor like attention_mask {tuple(mask.shape)}, got {shape}"
         )
     types = token_type_ids.long().masked_fill(~mask, 0)
+    binary = (types == 0) | (types == 1)  # (B, W)
+    # 0s then 1s over each row's words: a word below the running maximum is a first-text word after a second-text
+    # one (a running maximum, not a comparison of neighbours, whose W - 1 slices torch.export cannot size).
+    ordered = types.eq(types.cummax(dim=1).values) | ~mask  # (B, W)
     if in_graph():  # torch.compile / torch.export: checked when the graph runs (RuntimeError, no host read)
-        torch._assert_async(((types == 0) | (types == 1)).all(), "token_type_ids must be 0 or 1 at every word")
-        if types.shape[1] > 1:
-            interleaved = (types[:, 1:] < types[:, :-1]).logical_and(mask[:, 1:])
-            torch._assert_async(interleaved.logical_not().all(), "token_type_ids must be 0s, then 1s, in every row")
+        torch._assert_async(binary.all(), "token_type_ids must be 0 or 1 at every word")
+        torch._assert_async(ordered.all(), "token_type_ids must be 0s, then 1s, in every row")
         return types
-    if bool(((types != 0) & (types != 1)).any()):
+    if not bool(binary.all()):
         raise ValueError(
             "token_type_ids must be 0 (first text) or 1 (second text) at every word, got "
-            f"{types[(types != 0) & (types != 1)].unique()[:8].tolist()}"
+            f"{types[~binary].unique()[:8].tolist()}"
         )
-    # 0s then 1s over each row's words: a 1 followed by a 0 means the texts are interleaved.
-    if types.shape[1] > 1 and bool((types[:, 1:] < types[:, :-1]).logical_and(mask[:, 1:]).any()):
+    if not bool(ordered.all()):
         raise ValueError(
             "token_type_ids must mark the first text's words (0) before the second text's (1) in every row, as "
             "ElmoTokenizer(text, text_pair) gives them; a row has a first-text word after a second-text word"
@@ -116,6 +117,14 @@ def merge_pairs(values: torch.Tensor, layout: PairLayout) -> torch.Tensor:
     merged = flat.index_select(0, layout.target.reshape(-1)).reshape(batch, words, *values.shape[2:])
     keep = layout.mask.reshape(*layout.mask.shape, *([1] * (values.dim() - 2)))
     return merged * keep.to(merged.dtype)
+
+
+def split_texts(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(2B, ...)`` values of a split batch -> the first texts' ``(B, ...)`` and the second texts' ``(B, ...)``.
+
+    Not ``chunk(2)``: ``torch.export`` cannot prove that ``chunk`` of a symbolic ``2B`` gives two pieces, and would fix
+    the batch size."""
+    return values.unflatten(0, (2, -1)).unbind(0)
 
 
 def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:
