@@ -1,4 +1,5 @@
-"""torch.compile and torch.export of ElmoModel (issue 43): the graph path (modeling_elmo/graph_path_elmo.py).
+"""torch.compile and torch.export of ElmoModel and of every head (issue 43): the graph path
+(modeling_elmo/graph_path_elmo.py).
 
 Before the graph path, ``torch.compile(model, fullgraph=True)`` failed at the ``.item()`` of the character CNN and
 ``torch.export.export`` at the input check ``if bad.any():``. Most tests here compile with the ``aot_eager`` backend
@@ -11,7 +12,14 @@ import pytest
 import torch
 from helpers import BATCHING_ATOL, TINY
 
-from modeling_elmo import ElmoConfig, ElmoModel
+from modeling_elmo import (
+    ElmoConfig,
+    ElmoForPreTraining,
+    ElmoForQuestionAnswering,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+)
 
 # Each test traces the model (10-60 s on a small shared CPU): all are slow-marked (CI still runs them).
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]
@@ -167,3 +175,137 @@ def test_torch_export_of_the_stock_model_with_dynamic_batch_and_words_and_onnx(t
     ids, mask = _batch(3, 5)
     with torch.no_grad(), pytest.raises(RuntimeError, match="right-padded"):
         program.module()(input_ids=ids, attention_mask=mask.index_fill(1, torch.tensor([0]), 0))
+
+
+# ---------------------------------------------------------------------------------------------------- the heads
+
+NO_DROPOUT = {"elmo_dropout": 0.0, "tagger_dropout": 0.0, "classifier_dropout": 0.0, "lm_dropout": 0.0}
+HEADS = {
+    "tagger": lambda: ElmoForTokenClassification(ElmoConfig(**TINY, **NO_DROPOUT, num_labels=3)),
+    "crf_tagger": lambda: ElmoForTokenClassification(ElmoConfig(**TINY, **NO_DROPOUT, num_labels=3, use_crf=True)),
+    "pair_classifier": lambda: ElmoForSequenceClassification(ElmoConfig(**TINY, **NO_DROPOUT, num_labels=3)),
+    "question_answering": lambda: ElmoForQuestionAnswering(ElmoConfig(**TINY, **NO_DROPOUT)),
+    # 64 negatives of 40 words: every id is taken (the sampled loss equals the full one), so compiled and eager
+    # training see the same loss; fewer negatives are drawn at random, in a graph with replacement.
+    "pretraining": lambda: ElmoForPreTraining(ElmoConfig(**TINY, **NO_DROPOUT, lm_vocab_size=40, lm_num_samples=64)),
+}
+OUTPUTS = ("loss", "logits", "start_logits", "end_logits", "forward_logits", "backward_logits")
+
+
+def _head(name: str):
+    torch.manual_seed(0)
+    return HEADS[name]()
+
+
+def _head_inputs(name: str, rows: int, words: int, seed: int = 0) -> dict:
+    """A batch with partial rows (row 0 full) and each head's labels; pairs mark a second text from word 1 on, except
+    in row 0 of the classifier's (a single sentence: both of its heads run)."""
+    generator = torch.Generator().manual_seed(seed)
+    shortest = 2 if name == "question_answering" else 1  # a question word and a context word
+    lengths = torch.randint(shortest, words + 1, (rows,), generator=generator)
+    lengths[0] = words
+    mask = (torch.arange(words) < lengths.unsqueeze(1)).long()
+    ids = torch.randint(1, 262, (rows, words, 50), generator=generator)
+    ids[..., 20:] = 260
+    ids = ids * mask.unsqueeze(-1)
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    types = (torch.arange(words) >= 1).long().expand(rows, words) * mask
+    if name in ("tagger", "crf_tagger"):
+        inputs["labels"] = torch.randint(0, 3, (rows, words), generator=generator).masked_fill(mask == 0, -100)
+    elif name == "pair_classifier":
+        inputs["token_type_ids"] = types.clone().index_fill(0, torch.tensor([0]), 0)
+        inputs["labels"] = torch.randint(0, 3, (rows,), generator=generator)
+    elif name == "question_answering":
+        inputs["token_type_ids"] = types.clone()
+        inputs["start_positions"] = inputs["end_positions"] = torch.ones(rows, dtype=torch.long)
+    else:
+        inputs["labels"] = torch.randint(0, 40, (rows, words), generator=generator).masked_fill(mask == 0, -100)
+    return inputs
+
+
+def _trained_grads(model) -> dict[str, torch.Tensor]:
+    """The gradients of the trained parameters (the frozen biLM has none), then zeroed."""
+    grads = {key: p.grad.clone() for key, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    return grads
+
+
+def _compare(out, ref) -> None:
+    for name in OUTPUTS:
+        if getattr(ref, name, None) is not None:
+            torch.testing.assert_close(getattr(out, name), getattr(ref, name), atol=BATCHING_ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", list(HEADS))
+def test_every_head_compiles_whole_and_trains_as_eager(name):
+    """torch.compile(head, fullgraph=True) in training: loss, logits and every gradient as eager (float32), on a
+    batch of partial rows (one compile: the other shapes are the recompile and export tests'). Before the graph path,
+    the heads broke the graph at pack_padded_sequence, at nn.LSTM (which dynamo refuses to trace), at the CRF's loop
+    and at the label checks."""
+    model = _head(name).train()
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    inputs = _head_inputs(name, 4, 6)
+    out = compiled(**inputs)
+    out.loss.backward()
+    got = _trained_grads(model)
+    ref = model(**inputs)
+    ref.loss.backward()
+    _compare(out, ref)
+    want = _trained_grads(model)
+    assert got.keys() == want.keys() and got
+    for key, w in want.items():
+        torch.testing.assert_close(got[key], w, atol=BATCHING_ATOL * max(1.0, w.abs().max().item()), rtol=1e-4)
+    if name in ("tagger", "crf_tagger"):  # a value check inside the graph: RuntimeError when it runs
+        inputs["labels"] = inputs["labels"].masked_fill(inputs["labels"].eq(0), 7)
+        with pytest.raises(RuntimeError, match=r"labels must be in \[0, 3\)"):
+            compiled(**inputs)
+    if name == "question_answering":
+        inputs["token_type_ids"][0, 0] = 1
+        inputs["token_type_ids"][0, 1] = 0  # a question word after a context word
+        with pytest.raises(RuntimeError, match="token_type_ids must be 0s, then 1s"):
+            compiled(**inputs)
+
+
+def test_a_crf_tagger_compiles_with_inductor_at_inference():
+    """Inductor's kernels for the heads' scans (the 2-layer task BiLSTM and the CRF's forward-backward): logits
+    within 1e-5 of eager."""
+    model = _head("crf_tagger").eval()
+    compiled = torch.compile(model, fullgraph=True)
+    inputs = _head_inputs("crf_tagger", 3, 6)
+    del inputs["labels"]
+    with torch.no_grad():
+        _compare(compiled(**inputs), model(**inputs))
+
+
+def test_a_heads_recompiles_stay_bounded_over_lengths_and_batches():
+    """The CRF tagger (biLM, a 2-layer task BiLSTM and the CRF: every recurrence of the heads) keeps ElmoModel's
+    bound, 7 graphs over batches 1-64 and lengths 1-100: its recurrences pad to the same length buckets."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    model = _head("crf_tagger").eval()
+    compiled = torch.compile(model, fullgraph=True, backend=counter)
+    shapes = [(2, 3), (5, 9)] + [(b, w) for b in (1, 64) for w in (1, 31, 32, 100)] + [(17, 57)]
+    with torch.no_grad():
+        for rows, words in shapes:
+            inputs = _head_inputs("crf_tagger", rows, words, seed=rows * 1000 + words)
+            compiled(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"])
+    assert counter.frame_count <= 7, counter.frame_count
+
+
+@pytest.mark.parametrize("name", ["crf_tagger", "pair_classifier", "question_answering", "pretraining"])
+def test_torch_export_of_every_head_with_dynamic_batch_and_words(name):
+    """torch.export.export on the head itself, batch and words dynamic (down to 1 word): the program equals eager at
+    another batch size and length than the example's."""
+    model = _head(name).eval()
+    example = _head_inputs(name, 3, 5)
+    keys = [key for key in ("input_ids", "attention_mask", "token_type_ids") if key in example]
+    batch, words = torch.export.Dim("batch", min=1, max=4096), torch.export.Dim("words", min=1, max=4096)
+    with torch.no_grad():
+        program = torch.export.export(
+            model, (), {key: example[key] for key in keys}, dynamic_shapes={key: {0: batch, 1: words} for key in keys}
+        )
+        for rows, length in [(4, 8), (1, 2)]:
+            inputs = _head_inputs(name, rows, length, seed=rows + length)
+            inputs = {key: inputs[key] for key in keys}
+            _compare(program.module()(**inputs), model(**inputs))

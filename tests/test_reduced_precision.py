@@ -32,6 +32,7 @@ from modeling_elmo import (
 from modeling_elmo.commands import common
 from modeling_elmo.inference.quantize import Int8BiLstmLayer, Int8Linear, needs_reduced_range, quantize_int8
 from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
+from modeling_elmo.task_lstm_elmo import ElmoTaskLstm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -280,7 +281,7 @@ def test_quantize_int8_on_a_tagger_quantizes_only_its_bilm():
     assert all(isinstance(layer, Int8BiLstmLayer) for layer in tagger.elmo.bilm.layers)
     assert isinstance(tagger.elmo.char_cnn.projection, Int8Linear)
     assert {name: (p.dtype, p.requires_grad) for name, p in head_parameters(tagger).items()} == head_before
-    assert isinstance(tagger.classifier, torch.nn.Linear) and isinstance(tagger.encoder.lstm, torch.nn.LSTM)
+    assert isinstance(tagger.classifier, torch.nn.Linear) and isinstance(tagger.encoder.lstm, ElmoTaskLstm)
     assert not any(p.requires_grad for p in tagger.elmo.parameters())  # the int8 products have no gradient
     assert not tagger.training
 
