@@ -129,16 +129,18 @@ def graph_layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor) 
     symbolic batch compiles), so the number of steps is a constant per bucket. ``torch.export`` keeps it symbolic
     (the exported program and its ONNX ``Scan`` take any length)."""
     words = input_ids.shape[1]
+    # The lengths before any padding: inductor (torch 2.13, CPU) emits C++ that does not compile for the sum of a
+    # padded mask that is itself computed (a pair's split mask).
+    lengths = mask.sum(dim=1)  # (B,)
     if torch.compiler.is_compiling() and not torch.compiler.is_exporting():  # torch.compile (is_compiling: both)
         pad = length_bucket(words) - words
         input_ids, mask = F.pad(input_ids, (0, 0, 0, pad)), F.pad(mask, (0, pad))
-        return [layer[:, :words] for layer in _layers(model, input_ids, mask)]
-    return _layers(model, input_ids, mask)
+        return [layer[:, :words] for layer in _layers(model, input_ids, mask, lengths)]
+    return _layers(model, input_ids, mask, lengths)
 
 
-def _layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
+def _layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> list[torch.Tensor]:
     batch, words, chars = input_ids.shape
-    lengths = mask.sum(dim=1)  # (B,)
     positions = torch.arange(words + 2, device=input_ids.device).unsqueeze(0)  # (1, T)
     # <S> w_1 .. w_n </S> 0 .. 0: the words shifted by one, </S> where the position is n + 1.
     bos, eos = model.boundary_ids.to(input_ids.dtype)
