@@ -23,9 +23,9 @@ forward and forward-backward algorithms ([`crf_log_partition`], [`crf_through_ea
 steps (a length bucket under ``torch.compile``, as the biLM's), where the eager path packs or loops up to the longest
 sentence; the heads' value checks become ``torch._assert_async`` in a graph.
 
-Known limit (torch 2.13): inductor's gradients of a head with several task-LSTM scans (a 2-layer tagger or BiDAF
-encoder) or with the CRF are wrong when the graph has static shapes (the first compile of a shape; measured: the two
-layers' recurrent weights get the same gradient). ``aot_eager`` and inductor with dynamic shapes are right, as are
+Known limits of inductor (torch 2.13) in training, measured (docs/speed.md): in a static-shape graph, the tagger's
+2-layer task BiLSTM and its CRF get wrong gradients (the two layers' recurrent weights get the same one); a pair
+head's graph with a symbolic batch does not compile. ``aot_eager`` is right for every head, as are
 inductor's outputs and ElmoModel's own gradients; ``tests/test_compile.py`` checks what holds.
 
 Not on the graph path: a carried LSTM state (``lstm_state=``, ``config.stateful``: each row's state is looked up by

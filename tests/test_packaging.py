@@ -42,6 +42,7 @@ SHIPPED = {
     "scalar_mix_elmo.py",
     "scoring_elmo.py",
     "softmax_elmo.py",
+    "task_lstm_elmo.py",
     "tokenization_elmo.py",
     "tokenization_pairs_elmo.py",
 }
