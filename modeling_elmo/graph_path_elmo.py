@@ -261,9 +261,7 @@ def crf_through_each_tag(
         alpha = reduce(alpha.unsqueeze(2) + transitions, dim=1) + emission
         return alpha.clone(), alpha.clone()
 
-    # END alone after a row's last position. The steps read ``end`` itself, not a view of it: inductor (torch 2.13)
-    # loses the gradient of a view that a scan step reads.
-    final = end.unsqueeze(0).expand(emissions.shape[0], -1).clone()  # (B, K)
+    final = end.unsqueeze(0).expand(emissions.shape[0], -1).clone()  # (B, K): END alone after a row's last position
 
     def backward_step(beta, inputs):
         emission, real = inputs
