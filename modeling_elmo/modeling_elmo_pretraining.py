@@ -230,20 +230,13 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if labels.dtype.is_floating_point:
             raise ValueError(f"labels must be integer word ids, got dtype {labels.dtype}")
         vocab_size = self.config.lm_vocab_size
-        if in_graph():  # torch.compile / torch.export: checked when the graph runs (RuntimeError, no host read)
-            outside = ((labels < 0) & (labels != IGNORE_INDEX)) | (labels >= vocab_size)
-            if boundary_labels is not None:
-                edges = ((boundary_labels < 0) & (boundary_labels != IGNORE_INDEX)) | (boundary_labels >= vocab_size)
-                torch._assert_async(edges.logical_not().all(), f"boundary_labels must be in [0, {vocab_size}) or -100")
-            torch._assert_async(
-                (outside & mask).logical_not().all(), f"labels must be word ids in [0, {vocab_size}) or -100"
-            )
-            checked = []
-        else:
-            checked = [labels[mask]] if boundary_labels is None else [labels[mask], boundary_labels.flatten()]
-        for values in checked:
+        # In a graph, no boolean indexing (its size depends on the values): the padding is marked ignored instead.
+        words = labels.masked_fill(~mask, IGNORE_INDEX) if in_graph() else labels[mask]
+        for values in [words] if boundary_labels is None else [words, boundary_labels.flatten()]:
             bad = ((values < 0) & (values != IGNORE_INDEX)) | (values >= vocab_size)
-            if bool(bad.any()):
+            if in_graph():  # checked when the graph runs (RuntimeError), without reading values into Python
+                torch._assert_async(bad.logical_not().all(), f"labels must be word ids in [0, {vocab_size}) or -100")
+            elif bool(bad.any()):
                 raise ValueError(
                     f"labels must be word ids in [0, {vocab_size}) (config.lm_vocab_size) or {IGNORE_INDEX}, "
                     f"got {values[bad][:5].tolist()}: does the tokenizer's vocabulary match the model's?"
