@@ -50,9 +50,9 @@ from .modeling_elmo_classification import ElmoForSequenceClassification
 from .modeling_elmo_pretraining import ElmoForPreTraining, ElmoForPreTrainingOutput
 from .modeling_elmo_qa import ElmoForQuestionAnswering
 from .modeling_elmo_tagging import ElmoForTokenClassification, ElmoTokenClassifierOutput
+from .pipelines.question_answering import QA_TASK, ElmoQuestionAnsweringPipeline
 from .pipelines_elmo import FEATURE_TASK, ElmoFeatureExtractionPipeline, ElmoTokenClassificationPipeline
 from .pipelines_fill_mask_elmo import FILL_MASK_TASK, ElmoFillMaskPipeline, ElmoForMaskedLM
-from .pipelines_qa_elmo import QA_TASK, ElmoQuestionAnsweringPipeline
 from .tokenization_elmo import ElmoTokenizer
 
 AutoConfig.register("elmo", ElmoConfig, exist_ok=True)

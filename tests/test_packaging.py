@@ -35,7 +35,6 @@ SHIPPED = {
     "pairs_elmo.py",
     "pipelines_elmo.py",
     "pipelines_fill_mask_elmo.py",
-    "pipelines_qa_elmo.py",
     "plots.py",
     "py.typed",
     "reference_elmo.py",
@@ -56,6 +55,7 @@ SUBPACKAGES = {
     "hub",
     "inference",
     "integrations",
+    "pipelines",  # the pipelines that no saved folder carries (the QA task)
     "training",
 }
 

@@ -240,3 +240,105 @@ def test_run_qa_flow_features_trainer_and_post_processing(tmp_path):
                     best[feature["example_id"]] = (score, context[offsets[i][0] : offsets[j][1]])
     exact = np.mean([best[e["id"]][1] == e["answer"] for e in held_out])
     assert exact >= 0.75, (exact, best)
+
+
+LONG_CONTEXT = " ".join(["The weather was fine in Paris today ."] * 8 + ["John Smith flew home ."])
+
+
+def tiny_qa():
+    return pipeline("elmo-question-answering", model=tiny_model(), tokenizer=ElmoTokenizer())
+
+
+def test_pipeline_batch_size_gives_the_answers_of_batch_size_one():
+    """Issue 49: ``batch_size=2`` collates windows (of one context and of several) into one forward pass; the
+    answers are those of ``batch_size=1`` (spans equal, scores to float32 rounding of the padded batch)."""
+    qa = tiny_qa()
+    inputs = [{"question": "who", "context": LONG_CONTEXT}, {"question": "where did he fly", "context": "to Rome ."}]
+    options = dict(max_seq_len=16, doc_stride=4, top_k=3)
+    for alone, batched in zip(qa(inputs, **options), qa(inputs, batch_size=2, **options), strict=True):
+        assert [(a["start"], a["end"]) for a in alone] == [(a["start"], a["end"]) for a in batched]
+        np.testing.assert_allclose([a["score"] for a in alone], [a["score"] for a in batched], rtol=1e-5)
+    single = qa(question="who", context=LONG_CONTEXT, batch_size=3, max_seq_len=16, doc_stride=4)
+    assert single == qa(question="who", context=LONG_CONTEXT, max_seq_len=16, doc_stride=4) | {
+        "score": pytest.approx(single["score"], rel=1e-5)
+    }
+
+
+def test_pipeline_reads_a_long_context_in_bounded_chunks():
+    """Issue 49: a long context's windows go through the model ``batch_size`` at a time (a ChunkPipeline), not all
+    at once; the answer is the same."""
+    qa = tiny_qa()
+    rows = []
+    hook = qa.model.register_forward_hook(
+        lambda module, args, kwargs, out: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        one = qa(question="who", context=LONG_CONTEXT, max_seq_len=12, doc_stride=2)
+        windows = len(rows)
+        rows.clear()
+        two = qa(question="who", context=LONG_CONTEXT, max_seq_len=12, doc_stride=2, batch_size=2)
+    finally:
+        hook.remove()
+    assert windows > 4 and max(rows) == 2 and sum(rows) == windows
+    assert (one["start"], one["end"]) == (two["start"], two["end"])
+
+
+def test_span_search_is_bounded_by_max_answer_len_and_matches_the_full_search():
+    """The span search scores ``(context words, max_answer_len)`` pairs, not ``(W, W)``; its best spans are those
+    of the exhaustive search over every ``i <= j < i + L``."""
+    from modeling_elmo.pipelines.question_answering import _best_spans
+
+    rng = np.random.default_rng(0)
+    for words, length, top_k in [(40, 5, 7), (9, 15, 3), (1, 4, 2), (300, 30, 20)]:
+        p_start, p_end = rng.dirichlet(np.ones(words)), rng.dirichlet(np.ones(words))
+        p_start[: words // 4] = 0  # the question's words
+        p_end[: words // 4] = 0
+        exhaustive = sorted(
+            ((p_start[i] * p_end[j], i, j) for i in range(words) for j in range(i, min(words, i + length))),
+            reverse=True,
+        )
+        expected = [(i, j) for score, i, j in exhaustive if score > 0][:top_k]
+        found = _best_spans(p_start, p_end, length, top_k)
+        assert [(i, j) for i, j, _ in found] == expected
+        np.testing.assert_allclose([s for *_, s in found], [p_start[i] * p_end[j] for i, j in expected])
+
+
+def test_pipeline_options_of_the_removed_pipeline():
+    """Issue 49: the removed pipeline's options work or are refused by name; the inputs are checked up front."""
+    qa = tiny_qa()
+    for answer in qa(question="who", context=LONG_CONTEXT, top_k=5, max_answer_len=2):
+        assert len(answer["answer"].split()) <= 2
+    plain = qa(question="who", context=LONG_CONTEXT)
+    assert qa(question="who", context=LONG_CONTEXT, align_to_words=False) == plain  # tokens are whole words
+    with pytest.raises(TypeError, match=r"'topk' \(did you mean 'top_k'\?\)"):
+        qa(question="who", context=LONG_CONTEXT, topk=2)
+    with pytest.raises(ValueError, match=r"handle_impossible_answer=True needs a no-answer position"):
+        qa(question="who", context=LONG_CONTEXT, handle_impossible_answer=True)
+    assert qa(question="who", context=LONG_CONTEXT, handle_impossible_answer=False) == plain
+    with pytest.raises(ValueError, match="max_seq_len must be an integer of at least 2, got 0"):
+        qa(question="who", context=LONG_CONTEXT, max_seq_len=0)
+    with pytest.raises(ValueError, match="doc_stride must be an integer of at least 0, got -5"):
+        qa(question="who", context=LONG_CONTEXT, doc_stride=-5)
+    with pytest.raises(ValueError, match=r"doc_stride \(20\) must be smaller than max_seq_len \(16\)"):
+        qa(question="who", context=LONG_CONTEXT, doc_stride=20, max_seq_len=16)
+    with pytest.raises(ValueError, match="question= has 2 entries and context= has 1"):
+        qa(question=["who", "where"], context=[LONG_CONTEXT])
+    several = qa(question=["who", "where"], context=LONG_CONTEXT)
+    assert len(several) == 2 and several[0] == plain
+    with pytest.raises(ValueError, match="needs both question= and context="):
+        qa(question="who")
+
+
+def test_pipeline_long_question_is_cut_to_max_question_len_or_lowers_the_stride():
+    """Issue 49: a 300-word question (the tokenizer refused the default stride with a Rust panic) keeps its first
+    ``max_question_len`` words; with a longer ``max_question_len`` the stride is lowered to fit the window, and a
+    window with no room for the context is refused naming the options."""
+    qa = tiny_qa()
+    question = " ".join(["where"] * 300)
+    context = "Yesterday John Smith flew from London to Paris ."
+    cut = qa(question=question, context=context)
+    assert cut == qa(question=" ".join(["where"] * 64), context=context)
+    whole = qa(question=question, context=context, max_question_len=300, max_seq_len=305)  # stride 150 -> 4
+    assert context[whole["start"] : whole["end"]] == whole["answer"]
+    with pytest.raises(ValueError, match=r"max_seq_len=300 leaves no word .* lower max_question_len"):
+        qa(question=question, context=context, max_question_len=300, max_seq_len=300)
