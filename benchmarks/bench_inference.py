@@ -70,7 +70,7 @@ import torch
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.characters import word_to_char_ids
 from modeling_elmo.inference.token_cache import build_token_cache
-from modeling_elmo.reference_elmo import reference_forward
+from modeling_elmo.reference import reference_forward
 
 SIZES = {
     "tiny": dict(lstm_dim=64, projection_dim=16, char_cnn_filters=[[1, 4], [2, 8], [3, 16]], n_highway=1),

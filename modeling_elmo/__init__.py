@@ -17,6 +17,12 @@
 
 The stock ``"feature-extraction"`` and ``"text-classification"`` pipelines serve ELMo folders as they are. The
 ``elmo`` command does not import this package until a subcommand runs (``elmo --help`` stays quick).
+
+The layout's rule: the top of this folder holds exactly what a saved folder's code may need (the modules that
+``hub.remote_code.shipped_files`` copies into a remote-code folder), besides ``__init__.py`` and ``__main__.py``
+(``python -m modeling_elmo SCRIPT``). Everything else is a tool and lives in a sub-package named for what it does:
+``commands``, ``training``, ``inference``, ``hub``, ``compat``, ``integrations``, ``demo_models``, ``plots``,
+``reference`` (the step-by-step biLM the tests compare against). ``tests/test_packaging.py`` checks it.
 """
 
 from transformers import (
@@ -32,7 +38,6 @@ from transformers import (
 from transformers.pipelines import PIPELINE_REGISTRY
 from transformers.utils import logging as _hf_logging
 
-from . import deprecated_paths
 from .characters import word_to_char_ids
 from .configuration_elmo import ElmoConfig
 from .demo_models.language_model import demo_language_model_path
@@ -92,7 +97,6 @@ PIPELINE_REGISTRY.register_pipeline(
     QA_TASK, pipeline_class=ElmoQuestionAnsweringPipeline, pt_model=AutoModelForQuestionAnswering, type="text"
 )
 del _stock, _verbosity
-deprecated_paths.install()
 
 __all__ = [
     "ElmoBiLm",

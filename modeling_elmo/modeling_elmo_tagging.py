@@ -124,8 +124,9 @@ class ElmoForTokenClassification(ElmoPreTrainedModel):
     # classifier, crf) is new and NOT declared, so that transformers' load report says that the tagger is untrained
     # (`elmo train-tagger` asks for the loading info instead). Declared: only what is optional in the base model, as
     # ElmoModel declares it: the scalar mixes, which the released biLMs do not have and which start as the plain
-    # average of the layers; in excess, other mixes or an LM softmax.
-    _keys_to_ignore_on_load_missing = [r"(^|\.)scalar_mixes\."]
+    # average of the layers; in excess, other mixes or an LM softmax. Also declared: the CRF's constraint_mask, a
+    # buffer derived from the labels (recomputed by _init_weights), which no training changes.
+    _keys_to_ignore_on_load_missing = [r"(^|\.)scalar_mixes\.", r"^crf\.constraint_mask$"]
     _keys_to_ignore_on_load_unexpected = [r"(^|\.)scalar_mixes\.", r"^softmax\."]
 
     def __init__(self, config: ElmoConfig):

@@ -61,7 +61,9 @@ OPTIONAL_LIBRARIES = {
     "playwright": "test",
     "nbclient": "test",
     "nbformat": "test",
-    "ipykernel": "test",
+    "ipykernel": "notebook",
+    "ipywidgets": "notebook",
+    "nbconvert": "notebook",
     "hypothesis": "test",
     "parameterized": "test",
 }

@@ -22,7 +22,7 @@ from modeling_elmo.characters import word_to_char_ids
 from modeling_elmo.inference.embed_corpus import embed_corpus
 from modeling_elmo.inference.token_cache import build_token_cache, token_cache_size
 from modeling_elmo.modeling_elmo import _length_split
-from modeling_elmo.reference_elmo import reference_forward
+from modeling_elmo.reference import reference_forward
 
 REPO = Path(__file__).resolve().parent.parent
 TOKENIZER = ElmoTokenizer()

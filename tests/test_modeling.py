@@ -13,7 +13,7 @@ from helpers import BATCHING_ATOL
 from transformers import AutoConfig, AutoModel, AutoTokenizer
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoScalarMix, ElmoTokenizer
-from modeling_elmo.reference_elmo import reference_forward
+from modeling_elmo.reference import reference_forward
 
 PARITY = 1e-5  # the bound; the originals agree with each other to about 1e-6 (measured 1.1e-6 here)
 

@@ -21,7 +21,6 @@ SHIPPED = {
     "checks_elmo.py",
     "configuration_elmo.py",
     "crf.py",
-    "deprecated_paths.py",  # the old modeling_elmo.utils paths, for one release
     "esim_elmo.py",
     "fast_path_elmo.py",
     "graph_path_elmo.py",
@@ -35,9 +34,7 @@ SHIPPED = {
     "pairs_elmo.py",
     "pipelines_elmo.py",
     "pipelines_fill_mask_elmo.py",
-    "plots.py",
     "py.typed",
-    "reference_elmo.py",
     "scalar_mix_elmo.py",
     "scoring_elmo.py",
     "softmax_elmo.py",
@@ -55,6 +52,8 @@ SUBPACKAGES = {
     "hub",
     "inference",
     "integrations",
+    "plots",  # the figures (matplotlib)
+    "reference",  # the step-by-step biLM the tests and benchmarks compare against
     "pipelines",  # the pipelines that no saved folder carries (the QA task)
     "training",
 }
@@ -119,6 +118,18 @@ def test_wheel_installs_every_file_of_the_package_and_its_subpackages(wheel):
     }
     folders = {str(Path(name).parent.relative_to("modeling_elmo")) for name in installed} - {"."}
     assert folders == SUBPACKAGES, folders ^ SUBPACKAGES
+
+
+def test_the_top_of_the_package_holds_exactly_what_a_saved_folder_may_need():
+    """Issue 51 (STYLE.md, "One concept per file"): ``ls modeling_elmo/`` shows what travels with a saved model, the
+    modules a remote-code folder holds (``shipped_files``), besides ``__init__.py`` and ``__main__.py``; every tool
+    (plots, the reference biLM, the commands...) is in a sub-package. Before: plots.py, reference_elmo.py and
+    deprecated_paths.py sat at the top, shipped by no folder."""
+    from modeling_elmo.hub.remote_code import shipped_files
+
+    top = {path.name for path in (REPO / "modeling_elmo").glob("*.py")} - {"__init__.py", "__main__.py"}
+    shipped = {path.name for path in shipped_files()}
+    assert top == shipped, {"at the top but shipped by no folder (move it to a sub-package)": sorted(top - shipped)}
 
 
 def test_the_test_extra_installs_every_extra_and_dev_adds_only_ruff():

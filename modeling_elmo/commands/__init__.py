@@ -7,11 +7,3 @@ One module per subcommand, each with ``run(args) -> int``: ``convert``, ``downlo
 ``output_files`` (writing an output file whole, never over a file the user did not ask to replace). The library
 never imports this folder.
 """
-
-
-def __getattr__(name: str):
-    """The stand-ins of the modules that left this folder in 0.2 (``demo_lm``, ``demo_model_card``): ``import
-    modeling_elmo.commands.demo_lm`` finds them in ``sys.modules`` but does not set them here."""
-    from ..deprecated_paths import moved_submodule
-
-    return moved_submodule(__name__, name)

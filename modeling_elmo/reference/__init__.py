@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .characters import begin_of_sentence_ids, end_of_sentence_ids
+from ..characters import begin_of_sentence_ids, end_of_sentence_ids
 
 # [direction][layer] -> (h (P,), c (D,))
 ReferenceState = list[list[tuple[torch.Tensor, torch.Tensor]]]
