@@ -143,8 +143,11 @@ class ElmoForQuestionAnswering(ElmoPreTrainedModel):
         if token_type_ids is None:
             raise ValueError(
                 "question answering reads a (question, context) pair: encode it with tokenizer(question, context), "
-                "whose token_type_ids (0 question, 1 context) the model needs"
+                "whose token_type_ids (0 question, 1 context) the model needs. Under PEFT, TaskType.QUESTION_ANS's "
+                "wrapper (PeftModelForQuestionAnswering) drops token_type_ids before the model sees them: wrap the "
+                "head without a task_type (LoraConfig(task_type=None, modules_to_save=[...]), docs/training.md)"
             )
+        self._check_positions(start_positions, end_positions, token_type_ids.shape[0])
         base = self.elmo(
             input_ids,
             attention_mask=attention_mask,
@@ -186,6 +189,19 @@ class ElmoForQuestionAnswering(ElmoPreTrainedModel):
         return QuestionAnsweringModelOutput(
             loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=base.hidden_states
         )
+
+    @staticmethod
+    def _check_positions(start: torch.Tensor | None, end: torch.Tensor | None, batch: int) -> None:
+        """Refuse ``start_positions``/``end_positions`` that are not ``(B,)`` or ``(B, 1)`` integer word indices."""
+        for name, positions in (("start_positions", start), ("end_positions", end)):
+            if positions is None:
+                continue
+            shape = tuple(positions.shape)
+            if shape not in ((batch,), (batch, 1)) or positions.is_floating_point() or positions.is_complex():
+                raise ValueError(
+                    f"{name} must be ({batch},) (or ({batch}, 1)) integer word indices, one per row of the batch, "
+                    f"got {shape} {positions.dtype}"
+                )
 
     @staticmethod
     def _span_loss(logits: torch.Tensor, positions: torch.Tensor, context: torch.Tensor) -> torch.Tensor:

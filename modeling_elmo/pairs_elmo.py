@@ -46,14 +46,17 @@ def check_token_type_ids(token_type_ids: torch.Tensor, mask: torch.Tensor) -> to
     padding (whatever the tokenizer's pad value).
 
     Raises:
-        ValueError: another shape than the mask's, a value other than 0 and 1 at a word, or a row where a first-text
-            word (0) follows a second-text word (1): a pair is the first text's words, then the second's.
+        ValueError: another shape than the mask's, a float dtype, a value other than 0 and 1 at a word, or a row
+            where a first-text word (0) follows a second-text word (1): a pair is the first text's words, then the
+            second's.
     """
     if not isinstance(token_type_ids, torch.Tensor) or token_type_ids.shape != mask.shape:
         shape = tuple(token_type_ids.shape) if isinstance(token_type_ids, torch.Tensor) else type(token_type_ids)
         raise ValueError(
             f"token_type_ids must be a (batch, words) tensor like attention_mask {tuple(mask.shape)}, got {shape}"
         )
+    if token_type_ids.is_floating_point() or token_type_ids.is_complex():  # .long() would read 0.7 as 0
+        raise ValueError(f"token_type_ids must be integers (0 or 1), got {token_type_ids.dtype}")
     types = token_type_ids.long().masked_fill(~mask, 0)
     binary = (types == 0) | (types == 1)  # (B, W)
     # 0s then 1s over each row's words: a word below the running maximum is a first-text word after a second-text

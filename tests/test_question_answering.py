@@ -342,3 +342,58 @@ def test_pipeline_long_question_is_cut_to_max_question_len_or_lowers_the_stride(
     assert context[whole["start"] : whole["end"]] == whole["answer"]
     with pytest.raises(ValueError, match=r"max_seq_len=300 leaves no word .* lower max_question_len"):
         qa(question=question, context=context, max_question_len=300, max_seq_len=300)
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "shape"),
+    [
+        (torch.tensor([4, 1, 2]), torch.tensor([5, 2, 2]), r"\(3,\)"),
+        (torch.tensor([[4, 5], [1, 2]]), torch.tensor([5, 2]), r"\(2, 2\)"),
+        (torch.tensor([4.0, 1.0]), torch.tensor([5, 2]), r"\(2,\) torch.float32"),
+    ],
+)
+def test_positions_of_the_wrong_shape_are_named(start, end, shape):
+    """Issue 49: positions that are not one integer per row are refused naming them (torch's gather error before)."""
+    model = tiny_model()
+    batch = ElmoTokenizer()(
+        ["who is it ?", "where"], ["John went home .", "in Paris"], padding=True, return_tensors="pt"
+    )
+    with pytest.raises(
+        ValueError, match=r"start_positions must be \(2,\) \(or \(2, 1\)\) integer word indices.*" + shape
+    ):
+        model(**batch, start_positions=start, end_positions=end)
+    with torch.no_grad():  # (B, 1), as some collators give them, is taken
+        model(**batch, start_positions=torch.tensor([[4], [1]]), end_positions=torch.tensor([[5], [2]]))
+
+
+def test_float_token_type_ids_are_refused():
+    """Issue 49: float token_type_ids were cast (0.7 read as 0); the model refuses them, naming the dtype."""
+    model = tiny_model()
+    batch = ElmoTokenizer()(["who is it ?"], ["John went home ."], return_tensors="pt")
+    batch["token_type_ids"] = batch["token_type_ids"].float() * 0.7
+    with pytest.raises(ValueError, match="token_type_ids must be integers .* torch.float32"):
+        model(**batch)
+
+
+def test_peft_question_answering_task_type_is_named_and_the_way_round_works():
+    """Issue 49: PEFT's TaskType.QUESTION_ANS wrapper drops token_type_ids, and the head's message says so; wrapped
+    without a task_type (docs/training.md's PEFT section), the head gets them and trains."""
+    peft = pytest.importorskip("peft")
+    batch = ElmoTokenizer()(["who is it ?"], ["John went home ."], return_tensors="pt")
+    positions = {"start_positions": torch.tensor([4]), "end_positions": torch.tensor([5])}
+    lora = dict(r=2, lora_alpha=4, target_modules=["carry", "transform", "projection"])
+    wrapped = peft.get_peft_model(tiny_model(), peft.LoraConfig(task_type=peft.TaskType.QUESTION_ANS, **lora))
+    with pytest.raises(ValueError, match=r"TaskType.QUESTION_ANS's wrapper .* drops token_type_ids"):
+        wrapped(**batch)
+    head = ["encoder", "attention", "modelling", "end_encoder", "start_output", "end_output", "elmo.scalar_mixes.0"]
+    model = peft.get_peft_model(tiny_model(), peft.LoraConfig(task_type=None, modules_to_save=head, **lora))
+    before = model(**batch).start_logits.detach().clone()
+    optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    model.train()
+    for _ in range(2):
+        model(**batch, **positions).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    with torch.no_grad():
+        assert not torch.allclose(model(**batch).start_logits, before)
