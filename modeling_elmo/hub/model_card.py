@@ -182,6 +182,16 @@ def build_model_card(
         "outputs = model(**batch)",
         "```",
         "",
+        *(
+            []
+            if remote
+            else [
+                "Without `import modeling_elmo`, transformers says that it does not recognize the model type `elmo` "
+                "and suggests upgrading transformers: add the import, or run an unmodified script as "
+                "`python -m modeling_elmo SCRIPT.py ARGS`, which imports the package first.",
+                "",
+            ]
+        ),
     ]
     if tagger:
         body += [
