@@ -251,8 +251,8 @@ class ElmoTokenizer(TokenizersBackend):
     A, 1 for B; returned with every pair, never for a single text), ``sequence_ids()`` and offsets into
     each text's own string; ``truncation="only_first"``/``"only_second"``/``"longest_first"`` and the
     overflow windows (``stride``) count words. Special tokens added with ``add_special_tokens`` stay one
-    word in raw text; the tokenizer's own ``<pad>`` there is characters (``split_special_tokens=False``
-    makes it a word too).
+    word in raw text, with their own id and token (``vocab_ids``, ``tokens()``); the tokenizer's own ``<pad>``
+    there is characters (``split_special_tokens=False`` makes it a word too).
 
     Splitting raw text, close to the Moses tokenization of the 1B Word Benchmark the released
     models were trained on (``split_punctuation=True``): split on whitespace, then split off
@@ -480,6 +480,18 @@ class ElmoTokenizer(TokenizersBackend):
         own = {str(self.pad_token), str(self.bos_token), str(self.eos_token), str(self.unk_token)}
         return tuple(sorted(token.content for token in decoder.values() if token.special and token.content not in own))
 
+    def _model_with(self, keep_whole: tuple[str, ...]) -> models.WordLevel:
+        """The backend's word vocabulary plus the added special tokens ``keep_whole`` with their ids, so that such a
+        token, one word in raw text, gets its own id and token (``tokens()``, ``vocab_ids``) as in a stock
+        tokenizer, not ``<UNK>``. Built once per set of added tokens."""
+        cached = self.__dict__.get("_whole_model")
+        if cached is None or cached[0] != keep_whole:
+            vocab = self._tokenizer.get_vocab(with_added_tokens=False)
+            vocab.update({token: self._tokenizer.token_to_id(token) for token in keep_whole})
+            cached = (keep_whole, models.WordLevel(vocab, unk_token=str(self.unk_token)))
+            self.__dict__["_whole_model"] = cached
+        return cached[1]
+
     def _run_backend(
         self,
         batch: list,
@@ -501,11 +513,13 @@ class ElmoTokenizer(TokenizersBackend):
         if split_special_tokens is None:
             split_special_tokens = self.split_special_tokens
         truncation = TruncationStrategy(truncation_strategy)
+        if truncation != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None and max_length < 1:
+            raise ValueError(f"max_length must be at least 1 word to truncate to, got max_length={max_length}")
         if truncation != TruncationStrategy.DO_NOT_TRUNCATE and max_length is not None and stride >= max_length:
             raise ValueError(f"stride={stride} must be smaller than max_length={max_length} (the words of a window)")
         rust_inputs = [backend_input(item, is_split_into_words) for item in batch]
         backend = self._tokenizer
-        pre_tokenizer = backend.pre_tokenizer
+        pre_tokenizer, model = backend.pre_tokenizer, backend.model
         encode_special_tokens = backend.encode_special_tokens
         keep_whole = () if is_split_into_words else self._kept_whole()
         try:
@@ -524,6 +538,8 @@ class ElmoTokenizer(TokenizersBackend):
                 backend.encode_special_tokens = bool(split_special_tokens)
                 if keep_whole:
                     backend.pre_tokenizer = _cached_pre_tokenizer(self.split_punctuation, keep_whole)
+                    if split_special_tokens:  # the backend does not look them up then: its vocabulary must
+                        backend.model = self._model_with(keep_whole)
             encodings = backend.encode_batch(rust_inputs, add_special_tokens=False, is_pretokenized=is_split_into_words)
         except (TypeError, ValueError):
             raise
@@ -534,7 +550,7 @@ class ElmoTokenizer(TokenizersBackend):
                 raise
             raise backend_error(error, truncation.value, max_length, stride) from None
         finally:
-            backend.pre_tokenizer = pre_tokenizer
+            backend.pre_tokenizer, backend.model = pre_tokenizer, model
             backend.encode_special_tokens = encode_special_tokens
             backend.no_padding()
             backend.no_truncation()

@@ -202,7 +202,8 @@ def backend_error(error: BaseException, truncation: str, max_length: int | None,
     if "too short to respect the provided max_length" in message:
         return ValueError(
             f"truncation={truncation!r} with max_length={max_length}: the text that is not truncated is "
-            f"{max_length} words or longer, so the other one cannot fit; raise max_length or truncate the other text"
+            f"{max_length} words or longer, so the other one cannot fit; raise max_length or truncate the other text "
+            f"({message})"  # the backend's words ("too short"): transformers' zero-shot pipeline retries on them
         )
     if "stride" in message:
         return ValueError(

@@ -45,6 +45,24 @@ def test_an_added_special_token_is_one_word(bert, add, text):
     assert enc["input_ids"] == [word_to_char_ids(word) for word in words]
 
 
+@pytest.mark.parametrize("split_special_tokens", [None, False])
+def test_an_added_special_tokens_id_and_token_agree_as_in_bert(bert, split_special_tokens):
+    """Issue 49: ``tokens()`` and ``vocab_ids`` gave ``<UNK>`` for an added special token that
+    ``convert_ids_to_tokens`` knew; they give its own id and token, as BERT's ``tokens()`` and ``input_ids`` do."""
+    tok = ElmoTokenizer()
+    for t in (tok, bert):
+        t.add_special_tokens({"additional_special_tokens": ["<ENT>"]})
+    options = {} if split_special_tokens is None else {"split_special_tokens": split_special_tokens}
+    enc = tok("hi <ENT> there", return_vocab_ids=True, **options)
+    ref = bert("hi <ENT> there", add_special_tokens=False, **options)
+    assert ref.tokens() == ["hi", "<ENT>", "there"] and ref["input_ids"][1] == len(bert) - 1
+    assert enc.tokens() == ["<UNK>", "<ENT>", "<UNK>"]  # hi, there: not in the three-word default vocabulary
+    assert enc["vocab_ids"] == [tok.unk_token_id, len(tok) - 1, tok.unk_token_id]
+    assert tok.convert_ids_to_tokens(enc["vocab_ids"][1]) == "<ENT>"
+    assert tok.tokenize("a <pad> b") == ["a", "<", "pad", ">", "b"]  # the tokenizer's own pad: still characters
+    assert tok("hi there").tokens() == ["<UNK>", "<UNK>"] and len(tok.get_vocab()) == len(tok)
+
+
 def test_added_special_tokens_stay_whole_after_a_reload_and_in_pairs(tmp_path):
     tok = ElmoTokenizer()
     tok.add_special_tokens({"additional_special_tokens": ["<ENT>", "[E2]"]})

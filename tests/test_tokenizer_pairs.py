@@ -246,6 +246,10 @@ def test_padding_of_overflow_windows_matches_bert(tok, bert):
         (lambda t: t("a b c d", "e", truncation="only_second", max_length=3), "cannot fit"),
         (lambda t: t("a b", "c d e f g", truncation="only_second", max_length=4, stride=2), "stride=2"),
         (lambda t: t("a b c", truncation=True, max_length=2, stride=2), "stride=2 must be smaller"),
+        (lambda t: t("a b", "c d", truncation="only_second", max_length=0), r"max_length must be at least 1 .*=0"),
+        (lambda t: t("a b", "c d", truncation="longest_first", max_length=-1), r"max_length must be .*=-1"),
+        (lambda t: t("a b", truncation=True, max_length=0), r"max_length must be at least 1 .*=0"),
+        (lambda t: t("a b c", "d", truncation="only_second", max_length=3), "too short"),  # the backend's words
         (lambda t: t(["a", "b"], ["c"]), "batch length"),
         (lambda t: t(["a", "b"], "c"), "both be batches"),
         (lambda t: t([("a", "b")], ["c"]), "not both"),
@@ -383,6 +387,7 @@ def pair_classifier():
         num_labels=3,
         id2label={0: "entailment", 1: "neutral", 2: "contradiction"},
         label2id={"entailment": 0, "neutral": 1, "contradiction": 2},
+        classifier_head="pair",  # ESIM's pair head: the pipelines below give it pairs
     )
     torch.manual_seed(0)
     model = ElmoForSequenceClassification(config).eval()
@@ -404,6 +409,24 @@ def test_zero_shot_pipeline_gives_the_model_pairs(tok, pair_classifier):
         hypothesis = tok.tokenize(f"This example is {label}.")
         assert call["token_type_ids"].tolist() == [[0] * 7 + [1] * len(hypothesis)]
         assert call["input_ids"].shape == (1, 7 + len(hypothesis), C)
+
+
+def test_zero_shot_pipeline_retries_without_truncation_when_the_label_is_too_long(pair_classifier):
+    """Issue 49: with ``model_max_length`` set and a hypothesis of that many words, the zero-shot pipeline's
+    ``truncation="only_first"`` fails and it retries without truncation when the error says "too short" (its
+    test); the tokenizer's message keeps those words, so the pipeline answers, as with a stock tokenizer."""
+    from transformers import pipeline
+
+    tok = ElmoTokenizer(model_max_length=8)
+    model, seen = pair_classifier
+    seen.clear()
+    classify = pipeline("zero-shot-classification", model=model, tokenizer=tok)
+    label = "a very long label of many words"
+    result = classify("The cat sat on the mat .", candidate_labels=[label, "finance"])
+    assert sorted(result["labels"]) == sorted([label, "finance"])
+    hypothesis = tok.tokenize(f"This example is {label}.")
+    # The long label's pair whole (the retry), the short one's premise cut to fit 8 words.
+    assert len(hypothesis) >= 8 and [call["input_ids"].shape[1] for call in seen] == [7 + len(hypothesis), 8]
 
 
 def test_text_classification_pipeline_with_text_pair(tok, pair_classifier):
