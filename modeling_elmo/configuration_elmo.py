@@ -300,10 +300,17 @@ class ElmoConfig(PreTrainedConfig):
     ``freeze_bilm``, ``num_labels`` and ``problem_type`` as above and in transformers):
 
     Args:
-        classifier_hidden_size: the BiLSTM encoder's size per direction, over the scalar mix.
+        classifier_head: which head the model holds, and so what one row is: ``"sentence"`` (one text per row: the
+            BiLSTM encoder, max/mean pooling and a linear layer) or ``"pair"`` (two texts per row, ``tokenizer(text,
+            text_pair)``: ESIM's pair head, ``esim_elmo.py``, for entailment, paraphrase and zero-shot
+            classification). The model holds only that head's weights, so every weight trains on every batch (as
+            ``DistributedDataParallel`` with gradient checkpointing needs); the other kind of input is refused by
+            name. ``from_pretrained(folder, classifier_head="pair")`` puts a new pair head on a biLM folder.
+        classifier_hidden_size: the BiLSTM encoder's size per direction, over the scalar mix (both heads).
         classifier_pooling: how the encoder's word vectors become one sentence vector: ``"max_mean"``
             (max and mean over the words, concatenated), ``"max"`` or ``"mean"``.
-        classifier_dropout: dropout on the pooled sentence vector, before the classifier.
+        classifier_dropout: dropout on the pooled sentence vector, before the classifier (the pair head: on its
+            enhanced features and its MLP's input and hidden layer).
 
     Settings of the language-model head [`ElmoForPreTraining`] (ignored by the other models):
 
@@ -376,6 +383,7 @@ class ElmoConfig(PreTrainedConfig):
     use_crf: bool = True
     crf_constraints: Literal["auto", "BIO"] | None = "auto"
     # Sequence classification head (ElmoForSequenceClassification).
+    classifier_head: Literal["sentence", "pair"] = "sentence"
     classifier_hidden_size: int = 300
     classifier_pooling: Literal["max_mean", "max", "mean"] = "max_mean"
     classifier_dropout: float | int = 0.5
@@ -493,9 +501,10 @@ class ElmoConfig(PreTrainedConfig):
 
         The biLM (``ElmoModel`` without its scalar mixes, which hold ``n_layers + 2`` numbers each), the LM
         softmax (if ``lm_vocab_size``), the tagger (its word embedding if ``tagger_word_input="embedding"``,
-        BiLSTM, classifier and CRF) and the sequence classifier (``classifier_*``: BiLSTM, classifier and ESIM's pair
-        head), counted whichever head is built: the sum is an upper bound of any ELMo model's parameters with this
-        config, exact for each part (tests/test_configuration.py checks it).
+        BiLSTM, classifier and CRF) and the sequence classifier (``classifier_*``: its BiLSTM, then the sentence
+        head's linear layer or ESIM's pair head, as ``classifier_head`` says), counted whichever head is built: the
+        sum is an upper bound of any ELMo model's parameters with this config, exact for each part
+        (tests/test_configuration.py checks it).
         """
         cd, p, d, h = self.char_embedding_dim, self.projection_dim, self.lstm_dim, self.tagger_hidden_size
         channels = sum(count for _, count in self.char_cnn_filters)
@@ -528,12 +537,13 @@ class ElmoConfig(PreTrainedConfig):
             "tagger_hidden_size, tagger_num_layers": tagger_lstm,
             "num_labels": tagger_out * labels + labels + ((labels + 2) * labels if self.use_crf else 0),
             "classifier_hidden_size": 2 * 4 * ch * (2 * p + ch + 2),
-            "classifier_pooling, num_labels": pooled * labels + labels,
-            # ESIM's pair head (esim_elmo.py): F (8C -> C), the composition BiLSTM (C -> C), the MLP (8C -> C -> K).
-            "classifier_hidden_size, num_labels (pair head)": 2 * (8 * ch * ch + ch)
-            + 2 * 4 * ch * (2 * ch + 2)
-            + ch * labels
-            + labels,
+            # The sentence head's linear layer, or ESIM's pair head (esim_elmo.py): F (8C -> C), the composition
+            # BiLSTM (C -> C), the MLP (8C -> C -> K). The model holds one of them (classifier_head).
+            "classifier_head, classifier_pooling, num_labels": (
+                pooled * labels + labels
+                if self.classifier_head == "sentence"
+                else 2 * (8 * ch * ch + ch) + 2 * 4 * ch * (2 * ch + 2) + ch * labels + labels
+            ),
         }
 
     @property

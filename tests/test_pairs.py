@@ -6,6 +6,7 @@ below build them from word lists, as ``tokenizer(a, b)`` gives them."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 import torch
 from helpers import BATCHING_ATOL, TINY
 from transformers import AutoModelForSequenceClassification, Trainer, TrainingArguments, pipeline
+from transformers.testing_utils import CaptureLogger
+from transformers.utils import logging
 
 from modeling_elmo import ElmoConfig, ElmoForSequenceClassification, ElmoModel, ElmoTokenizer, demo_model_path
 from modeling_elmo.pairs_elmo import merge_pairs, pair_layout, split_pairs
@@ -163,56 +166,101 @@ def test_single_sentences_are_unchanged_by_all_zero_token_type_ids(demo):
 
 
 def tiny_classifier(**kwargs) -> ElmoForSequenceClassification:
+    """A tiny pair classifier (``classifier_head="pair"``), unless ``kwargs`` say otherwise."""
     settings = dict(TINY, classifier_hidden_size=8, classifier_dropout=0.0, elmo_dropout=0.0, num_labels=3)
-    settings.update(kwargs)
+    settings.update({"classifier_head": "pair"} | kwargs)
     torch.manual_seed(0)
     return ElmoForSequenceClassification(ElmoConfig(**settings)).eval()
 
 
-def test_single_sentence_head_is_unchanged_and_pairs_take_the_pair_head():
+def test_pair_head_logits_do_not_depend_on_the_batch_and_come_from_its_output_layer():
     model = tiny_classifier()
-    tokenizer = ElmoTokenizer()
-    batch = encode_pairs(tokenizer, PAIRS)
-    joined = {k: v for k, v in batch.items() if k != "token_type_ids"}
+    batch = encode_pairs(ElmoTokenizer(), PAIRS[:3])
     with torch.no_grad():
-        single = model(**joined).logits
-        zeros = model(**joined, token_type_ids=torch.zeros_like(batch["token_type_ids"])).logits
         paired = model(**batch).logits
-        pair_alone = model(**{k: v[:1] for k, v in batch.items()}).logits
-        changed_pair_head = paired.clone()
+        alone = torch.cat([model(**{k: v[i : i + 1] for k, v in batch.items()}).logits for i in range(3)])
         model.pair_head.output.bias.add_(1.0)
-        changed_pair_head = model(**batch).logits
-    assert torch.equal(single, zeros)
-    # The last row has no second text: the sentence head, exactly; the pair rows: the pair head.
-    assert torch.equal(paired[3], single[3])
-    assert float((paired[:3] - single[:3]).abs().max()) > 1e-3
-    torch.testing.assert_close(pair_alone[0], paired[0], atol=BATCHING_ATOL, rtol=0)
-    assert torch.allclose(changed_pair_head[:3], paired[:3] + 1.0, atol=1e-5)
-    assert torch.equal(changed_pair_head[3], paired[3])
+        shifted = model(**batch).logits
+    assert paired.shape == (3, 3)
+    torch.testing.assert_close(alone, paired, atol=BATCHING_ATOL, rtol=0)
+    torch.testing.assert_close(shifted, paired + 1.0, atol=1e-5, rtol=0)
 
 
-def test_pair_head_weights_are_optional_at_load(tmp_path):
-    """A sentence classifier saved before the pair head existed loads silently and gives the same outputs."""
-    model = tiny_classifier()
-    model.save_pretrained(tmp_path / "new")
-    state = {k: v for k, v in model.state_dict().items() if not k.startswith("pair_head.")}
-    old = ElmoForSequenceClassification.from_pretrained(None, config=model.config, state_dict=state)
+def _save_folder(folder: Path, config: ElmoConfig, state: dict[str, torch.Tensor], with_head_field: bool) -> None:
+    """A classifier folder as ``save_pretrained`` writes it; ``with_head_field=False``: as saved before
+    ``classifier_head`` existed (the field absent from config.json)."""
     from safetensors.torch import save_file
 
-    (tmp_path / "old").mkdir()
-    model.config.save_pretrained(tmp_path / "old")
-    save_file({k: v.contiguous() for k, v in state.items()}, tmp_path / "old" / "model.safetensors")
-    loaded, info = ElmoForSequenceClassification.from_pretrained(tmp_path / "old", output_loading_info=True)
-    assert not info["missing_keys"], info
-    batch = ElmoTokenizer()(["a b c", "d e"], padding=True, return_tensors="pt")
+    config.save_pretrained(folder)
+    if not with_head_field:
+        settings = json.loads((folder / "config.json").read_text())
+        del settings["classifier_head"]
+        (folder / "config.json").write_text(json.dumps(settings))
+    save_file({k: v.contiguous() for k, v in state.items()}, folder / "model.safetensors")
+
+
+def _load(folder: Path, **kwargs) -> tuple[ElmoForSequenceClassification, dict, str]:
+    """The model, its loading info and what the classifier's logger said while loading it."""
+    logger = logging.get_logger("modeling_elmo.modeling_elmo_classification")
+    with CaptureLogger(logger) as said:
+        model, info = ElmoForSequenceClassification.from_pretrained(folder, output_loading_info=True, **kwargs)
+    return model.eval(), info, said.out
+
+
+def test_folders_saved_with_both_heads_load_either_head_with_a_message(tmp_path):
+    """Classifiers saved before ``classifier_head`` hold both heads (``classifier.*`` and ``pair_head.*``): each loads,
+    the sentence head by default, the pair head with ``classifier_head="pair"``, each with a warning that names what
+    the folder holds and how to load the other, and the same logits as the model that held that head."""
+    sentence, pair = tiny_classifier(classifier_head="sentence"), tiny_classifier()
+    shared = {k: v for k, v in sentence.state_dict().items() if not k.startswith("classifier.")}
+    assert pair.load_state_dict(shared, strict=False).missing_keys == [k for k in pair.state_dict() if k not in shared]
+    state = sentence.state_dict() | {k: v for k, v in pair.state_dict().items() if k.startswith("pair_head.")}
+    _save_folder(tmp_path, sentence.config, state, with_head_field=False)
+    singles = ElmoTokenizer()(["a b c", "d e"], padding=True, return_tensors="pt")
+    pairs = encode_pairs(ElmoTokenizer(), PAIRS[:3])
     close = dict(atol=BATCHING_ATOL, rtol=0)  # a reloaded copy: the same weights, other prepacked products
+    loaded, info, said = _load(tmp_path)
+    assert loaded.head == "sentence" and not hasattr(loaded, "pair_head")
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert "holds two heads" in said and "classifier_head='pair'" in said, said
     with torch.no_grad():
-        torch.testing.assert_close(loaded.eval()(**batch).logits, model(**batch).logits, **close)
-        torch.testing.assert_close(old.eval()(**batch).logits, model(**batch).logits, **close)
-    reloaded = ElmoForSequenceClassification.from_pretrained(tmp_path / "new").eval()
-    pairs = encode_pairs(ElmoTokenizer(), PAIRS)
+        torch.testing.assert_close(loaded(**singles).logits, sentence(**singles).logits, **close)
+    loaded, info, said = _load(tmp_path, classifier_head="pair")
+    assert loaded.head == "pair" and not hasattr(loaded, "classifier")
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert "holds two heads" in said and "loaded ESIM's pair head" in said and "'sentence'" in said, said
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(**pairs).logits, model(**pairs).logits, **close)
+        torch.testing.assert_close(loaded(**pairs).logits, pair(**pairs).logits, **close)
+    loaded.save_pretrained(tmp_path / "pair-only")  # saving keeps the loaded head alone
+    again, info, said = _load(tmp_path / "pair-only")
+    assert again.head == "pair" and said == "" and not info["missing_keys"], (said, info)
+
+
+def test_a_pair_head_without_weights_is_reported_and_warns_once_when_used_untrained(tmp_path):
+    """A sentence classifier's folder (saved before the pair head existed: no field, no pair_head.*) loads silently as
+    the sentence head. Loaded with ``classifier_head="pair"`` its pair head is new: transformers' report lists it,
+    the classifier says so, and its first evaluation call warns (once) that the head is untrained; fine-tuning (a
+    training-mode call) ends the warnings."""
+    sentence = tiny_classifier(classifier_head="sentence")
+    _save_folder(tmp_path, sentence.config, sentence.state_dict(), with_head_field=False)
+    loaded, info, said = _load(tmp_path)
+    assert loaded.head == "sentence" and said == "" and not info["missing_keys"], (said, info)
+    loaded, info, said = _load(tmp_path, classifier_head="pair")
+    assert sorted(info["missing_keys"]) == sorted(k for k in tiny_classifier().state_dict() if k.startswith("pair_"))
+    assert "holds the sentence head (classifier.*) only" in said and "untrained" in said, said
+    pairs = encode_pairs(ElmoTokenizer(), PAIRS[:3])
+    logger = logging.get_logger("modeling_elmo.modeling_elmo_classification")
+    with CaptureLogger(logger) as first, torch.no_grad():
+        loaded(**pairs)
+    with CaptureLogger(logger) as second, torch.no_grad():
+        loaded(**pairs)
+    assert "pair head of this classifier is untrained" in first.out and str(tmp_path) in first.out, first.out
+    assert second.out == ""
+    fresh = ElmoForSequenceClassification.from_pretrained(tmp_path / ".", classifier_head="pair")
+    fresh.train()(**pairs, labels=torch.tensor([0, 1, 2])).loss.backward()  # a fine-tuning step begins
+    with CaptureLogger(logger) as after, torch.no_grad():
+        fresh.eval()(**pairs)
+    assert after.out == "" and fresh.untrained_pair_head is None
 
 
 ENTITIES = ["Paris", "London", "Berlin", "Smith", "Jones", "Nokia", "Fiat", "Rome", "Oslo", "Brown"]
@@ -276,6 +324,7 @@ def trained_pair_folder(tmp_path_factory) -> Path:
         path,
         id2label=LABELS,
         label2id={v: k for k, v in LABELS.items()},
+        classifier_head="pair",
         classifier_hidden_size=32,
         classifier_dropout=0.0,
         elmo_dropout=0.0,
@@ -351,7 +400,7 @@ def test_pair_regression_fits_scores():
     tokenizer = ElmoTokenizer.from_pretrained(path)
     torch.manual_seed(0)
     model = ElmoForSequenceClassification.from_pretrained(
-        path, num_labels=1, classifier_hidden_size=32, classifier_dropout=0.0, elmo_dropout=0.0
+        path, num_labels=1, classifier_head="pair", classifier_hidden_size=32, classifier_dropout=0.0, elmo_dropout=0.0
     )
     pairs, labels = entity_pairs(64, seed=1)
     batch, scores = encode_pairs(tokenizer, pairs), torch.tensor(labels, dtype=torch.float)

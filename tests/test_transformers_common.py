@@ -70,6 +70,7 @@ class ElmoModelTester:
         lm_vocab_size=20,
         lm_num_samples=8,
         initializer_range=0.05,
+        classifier_head="sentence",
         scope=None,
     ):
         self.parent = parent
@@ -95,6 +96,7 @@ class ElmoModelTester:
         self.lm_vocab_size = lm_vocab_size
         self.lm_num_samples = lm_num_samples
         self.initializer_range = initializer_range
+        self.classifier_head = classifier_head
         self.scope = scope
 
     def char_ids(self) -> torch.Tensor:
@@ -115,7 +117,8 @@ class ElmoModelTester:
         input_mask = None
         if self.use_input_mask:
             # Right padding: sentence b has n_b >= 1 words; the first sentence is full, so outputs have W words.
-            counts = ids_tensor([self.batch_size], self.seq_length) + 1
+            shortest = 2 if self.classifier_head == "pair" else 1  # a pair needs a word of each text
+            counts = ids_tensor([self.batch_size], self.seq_length - shortest + 1) + shortest
             counts[0] = self.seq_length
             input_mask = (torch.arange(self.seq_length) < counts.unsqueeze(1)).long()
             input_ids = input_ids * input_mask.unsqueeze(-1)  # padded words are rows of zeros
@@ -145,6 +148,7 @@ class ElmoModelTester:
             lm_vocab_size=self.lm_vocab_size,
             lm_num_samples=self.lm_num_samples,
             initializer_range=self.initializer_range,
+            classifier_head=self.classifier_head,
         )
 
     def create_and_check_model(self, config, input_ids, input_mask, token_labels, lm_labels):
@@ -177,8 +181,11 @@ class ElmoModelTester:
     def create_and_check_for_sequence_classification(self, config, input_ids, input_mask, token_labels, lm_labels):
         model = ElmoForSequenceClassification(config).eval()
         sequence_labels = ids_tensor([self.batch_size], self.num_labels)
+        pairs = {}
+        if self.classifier_head == "pair":  # the first word the first text, the rest the second
+            pairs["token_type_ids"] = (torch.arange(self.seq_length) >= 1).long().expand(self.batch_size, -1)
         with torch.no_grad():
-            result = model(input_ids, attention_mask=input_mask, labels=sequence_labels)
+            result = model(input_ids, attention_mask=input_mask, labels=sequence_labels, **pairs)
         self.parent.assertEqual(result.loss.shape, ())
         self.parent.assertEqual(result.logits.shape, (self.batch_size, self.num_labels))
 
@@ -238,11 +245,10 @@ class ElmoModelTest(ModelTesterMixin, unittest.TestCase):
             mask = inputs_dict["attention_mask"].bool()
             labels = inputs_dict["input_ids"].sum(dim=-1) % self.model_tester.lm_vocab_size
             inputs_dict["labels"] = labels.masked_fill(~mask, -100)
-        if model_class is ElmoForSequenceClassification:
-            # Row 0 (all words) a pair of texts, its second half the second text; the other rows single sentences.
-            # Both heads then run (the sentence head and ESIM's pair head), so every weight gets a gradient.
-            token_type_ids = torch.zeros(inputs_dict["input_ids"].shape[:2], dtype=torch.long)
-            token_type_ids[0, token_type_ids.shape[1] // 2 :] = 1
+        if model_class is ElmoForSequenceClassification and self.model_tester.classifier_head == "pair":
+            # Every row a pair of texts: its first word the first text, the rest (at least one word) the second.
+            token_type_ids = torch.ones(inputs_dict["input_ids"].shape[:2], dtype=torch.long)
+            token_type_ids[:, :1] = 0
             inputs_dict["token_type_ids"] = token_type_ids
         if model_class is ElmoForQuestionAnswering:
             # (question, context) pairs: the first two words the question, the rest the context; the answer (with
@@ -276,39 +282,15 @@ class ElmoModelTest(ModelTesterMixin, unittest.TestCase):
 
     def test_can_load_ignoring_mismatched_shapes(self):
         # Deliberate: weights that do not fit are a ValueError naming them (ElmoPreTrainedModel.from_pretrained), where
-        # transformers lets torch raise a RuntimeError. The common test, with that error in its place. The sentence
-        # classifier has two num_labels-sized outputs (`classifier`, and ESIM's `pair_head.output` for pairs), where
-        # the common test expects one: test_sequence_classifier_reheads_both_outputs checks it.
+        # transformers lets torch raise a RuntimeError. The common test, with that error in its place.
         assert_raises = self.assertRaises
         self.assertRaises = lambda error, *args, **kwargs: assert_raises(
             ValueError if error is RuntimeError else error, *args, **kwargs
         )
-        others = [c for c in type(self).all_model_classes if c is not ElmoForSequenceClassification]
-        self.all_model_classes = tuple(others)
         try:
             super().test_can_load_ignoring_mismatched_shapes()
         finally:
-            del self.assertRaises, self.all_model_classes
-
-    def test_sequence_classifier_reheads_both_outputs(self):
-        """The common test's check for the classifier: with another num_labels and ignore_mismatched_sizes=True, the
-        two outputs sized by num_labels start anew and every other weight is loaded."""
-        import tempfile
-
-        config = self.model_tester.get_config()
-        model = ElmoForSequenceClassification(config)
-        with tempfile.TemporaryDirectory() as folder:
-            model.save_pretrained(folder)
-            with self.assertRaisesRegex(ValueError, "ignore_mismatched_sizes=True"):
-                ElmoForSequenceClassification.from_pretrained(folder, num_labels=42)
-            again = ElmoForSequenceClassification.from_pretrained(folder, num_labels=42, ignore_mismatched_sizes=True)
-        outputs = ("classifier.", "pair_head.output.")
-        old, new = model.state_dict(), again.state_dict()
-        for name, value in new.items():
-            if name.startswith(outputs):
-                self.assertEqual(value.shape[0], 42, name)
-            else:
-                torch.testing.assert_close(value, old[name], rtol=0, atol=0, msg=name)
+            del self.assertRaises
 
     @unittest.skip(
         reason="ELMo's first layer is a character CNN over (B, W, 50) character ids: there is no embedding of the ids "
@@ -333,3 +315,44 @@ class ElmoModelTest(ModelTesterMixin, unittest.TestCase):
         # CRF's constraint mask is one: run it on a tagger without a CRF.
         self.model_tester.use_crf = False
         super().test_torch_save_load()
+
+
+class ElmoPairClassifierTest(ElmoModelTest):
+    """The common tests on the pair classifier (``classifier_head="pair"``, ESIM's pair head), every row a pair of
+    texts: its own training, gradient-checkpointing, save/load and output checks."""
+
+    all_model_classes = (ElmoForSequenceClassification,)
+
+    def setUp(self):
+        super().setUp()
+        self.model_tester = ElmoModelTester(self, classifier_head="pair")
+
+    def test_config(self):
+        pass  # the same ElmoConfig as ElmoModelTest's
+
+    @unittest.skip(
+        reason="Runs on the first model class only, here the classifier, whose frozen biLM's hidden states carry no "
+        "gradient; ElmoModelTest runs it on ElmoModel"
+    )
+    def test_retain_grad_hidden_states_attentions(self):
+        pass
+
+    def test_pair_classifier_reheads_its_output(self):
+        """The common mismatched-shapes check for the pair head, whose num_labels-sized output sits inside it
+        (``pair_head.output``, where the common test looks for a top-level Linear): with another num_labels and
+        ignore_mismatched_sizes=True it starts anew and every other weight is loaded."""
+        import tempfile
+
+        model = ElmoForSequenceClassification(self.model_tester.get_config())
+        with tempfile.TemporaryDirectory() as folder:
+            model.save_pretrained(folder)
+            with self.assertRaisesRegex(ValueError, "ignore_mismatched_sizes=True"):
+                ElmoForSequenceClassification.from_pretrained(folder, num_labels=42)
+            again = ElmoForSequenceClassification.from_pretrained(folder, num_labels=42, ignore_mismatched_sizes=True)
+        self.assertEqual(again.head, "pair")
+        old, new = model.state_dict(), again.state_dict()
+        for name, value in new.items():
+            if name.startswith("pair_head.output."):
+                self.assertEqual(value.shape[0], 42, name)
+            else:
+                torch.testing.assert_close(value, old[name], rtol=0, atol=0, msg=name)
