@@ -183,7 +183,9 @@ NO_DROPOUT = {"elmo_dropout": 0.0, "tagger_dropout": 0.0, "classifier_dropout": 
 HEADS = {
     "tagger": lambda: ElmoForTokenClassification(ElmoConfig(**TINY, **NO_DROPOUT, num_labels=3)),
     "crf_tagger": lambda: ElmoForTokenClassification(ElmoConfig(**TINY, **NO_DROPOUT, num_labels=3, use_crf=True)),
-    "pair_classifier": lambda: ElmoForSequenceClassification(ElmoConfig(**TINY, **NO_DROPOUT, num_labels=3)),
+    "pair_classifier": lambda: ElmoForSequenceClassification(
+        ElmoConfig(**TINY, **NO_DROPOUT, num_labels=3, classifier_head="pair")
+    ),
     "question_answering": lambda: ElmoForQuestionAnswering(ElmoConfig(**TINY, **NO_DROPOUT)),
     # 64 negatives of 40 words: every id is taken (the sampled loss equals the full one), so compiled and eager
     # training see the same loss; fewer negatives are drawn at random, in a graph with replacement.
@@ -198,10 +200,9 @@ def _head(name: str):
 
 
 def _head_inputs(name: str, rows: int, words: int, seed: int = 0) -> dict:
-    """A batch with partial rows (row 0 full) and each head's labels; pairs mark a second text from word 1 on, except
-    in row 0 of the classifier's (a single sentence: both of its heads run)."""
+    """A batch with partial rows (row 0 full) and each head's labels; pairs mark a second text from word 1 on."""
     generator = torch.Generator().manual_seed(seed)
-    shortest = 2 if name == "question_answering" else 1  # a question word and a context word
+    shortest = 2 if name in ("question_answering", "pair_classifier") else 1  # a word of each text
     lengths = torch.randint(shortest, words + 1, (rows,), generator=generator)
     lengths[0] = words
     mask = (torch.arange(words) < lengths.unsqueeze(1)).long()
@@ -213,7 +214,7 @@ def _head_inputs(name: str, rows: int, words: int, seed: int = 0) -> dict:
     if name in ("tagger", "crf_tagger"):
         inputs["labels"] = torch.randint(0, 3, (rows, words), generator=generator).masked_fill(mask == 0, -100)
     elif name == "pair_classifier":
-        inputs["token_type_ids"] = types.clone().index_fill(0, torch.tensor([0]), 0)
+        inputs["token_type_ids"] = types.clone()
         inputs["labels"] = torch.randint(0, 3, (rows,), generator=generator)
     elif name == "question_answering":
         inputs["token_type_ids"] = types.clone()
