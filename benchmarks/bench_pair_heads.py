@@ -308,7 +308,7 @@ def run_qa(variant: str, seed: int, args, tokenizer, vocab, train_set, test_set)
 
 def run_pairs(variant: str, seed: int, args, tokenizer, vocab, train_set, test_set) -> list[dict]:
     torch.manual_seed(seed)
-    model = build(ElmoForSequenceClassification, variant, args, tokenizer, vocab, num_labels=2)
+    model = build(ElmoForSequenceClassification, variant, args, tokenizer, vocab, num_labels=2, classifier_head="pair")
     truth = [e["label"] for e in test_set]
 
     def evaluate(model) -> dict:

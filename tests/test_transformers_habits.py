@@ -409,7 +409,7 @@ def test_zero_shot_classification_runs_on_a_classifier_folder(kind, tmp_path):
     is_split_into_words. Both now rank the candidate labels (an untrained NLI head: any order)."""
     nli = {"id2label": {0: "entailment", 1: "neutral", 2: "contradiction"}}
     nli["label2id"] = {v: k for k, v in nli["id2label"].items()}
-    model = build(kind, "sequence", **nli)
+    model = build(kind, "sequence", **nli, **({"classifier_head": "pair"} if kind == "elmo" else {}))
     model.save_pretrained(tmp_path / "nli")
     tokenizer_for(kind).save_pretrained(tmp_path / "nli")
     classifier = pipeline("zero-shot-classification", model=str(tmp_path / "nli"))
