@@ -388,6 +388,8 @@ class ElmoTokenizer(TokenizersBackend):
             split_punctuation=split_punctuation,
             **kwargs,
         )
+        if "token_type_ids" not in self.model_input_names:  # pairs always have them: pipelines pass these names on
+            self.model_input_names = [*self.model_input_names, "token_type_ids"]
 
     @classmethod
     def from_vocab_file(cls, vocab_file: str | os.PathLike, **kwargs) -> ElmoTokenizer:

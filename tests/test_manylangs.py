@@ -215,11 +215,7 @@ def test_character_and_word_ids_are_the_packages(converted):
         old_chars = {index: key for key, index in read_dictionary(FIXTURES / name / "char.dic").items()}
         new_ids = {mark: i for i, mark in enumerate(["<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"], 1)}
         new_ids |= {c: i for i, c in enumerate(tokenizer.char_vocab, 7)}
-        assert (
-            tokenizer.model_input_names[-1] == "vocab_ids"
-            if name == "with-words"
-            else "vocab_ids" not in (tokenizer.model_input_names)
-        )
+        assert ("vocab_ids" in tokenizer.model_input_names) == (name == "with-words")
         renumber = np.vectorize(lambda index, new=new_ids, old=old_chars: new[old[index]])
         for i, sentence in enumerate(SENTENCES["sentences"]):
             expected = renumber(ref[f"chars_{i}"])
@@ -283,6 +279,32 @@ def test_heads_and_the_pipeline_pass_the_word_ids(converted):
     np.testing.assert_allclose(np.array(vectors[0]), expected.detach().numpy(), rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="ELMoForManyLangs"):
         ElmoExportWrapper(ElmoModel.from_pretrained(folder))
+
+
+def test_zero_shot_and_question_answering_pipelines_pass_pairs_and_word_ids(converted):
+    """Issue 49: a ManyLangs tokenizer's ``model_input_names`` (saved as input_ids, attention_mask, vocab_ids) lacked
+    ``token_type_ids``, so the zero-shot pipeline (which passes those names on) gave the model no pair; they name
+    it now, and the QA pipeline passes ``vocab_ids`` too."""
+    from transformers import pipeline
+
+    from modeling_elmo import ElmoForQuestionAnswering, ElmoForSequenceClassification
+
+    folder = converted["with-words"]
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    assert tokenizer.model_input_names == ["input_ids", "attention_mask", "vocab_ids", "token_type_ids"]
+    labels = {"id2label": {0: "entailment", 1: "contradiction"}, "label2id": {"entailment": 0, "contradiction": 1}}
+    torch.manual_seed(0)
+    classifier = ElmoForSequenceClassification.from_pretrained(folder, classifier_head="pair", **labels).eval()
+    qa_model = ElmoForQuestionAnswering.from_pretrained(folder, classifier_hidden_size=8).eval()
+    seen = []
+    for model in (classifier, qa_model):
+        model.register_forward_pre_hook(lambda module, args, kwargs: seen.append(sorted(kwargs)), with_kwargs=True)
+    classify = pipeline("zero-shot-classification", model=classifier, tokenizer=tokenizer)
+    assert sorted(classify("die Brücke", candidate_labels=["Brücke", "北京"])["labels"]) == ["Brücke", "北京"]
+    qa = pipeline("elmo-question-answering", model=qa_model, tokenizer=tokenizer)
+    answer = qa(question="wo ?", context="die Brücke in 北京 .")
+    assert "die Brücke in 北京 ."[answer["start"] : answer["end"]] == answer["answer"]
+    assert seen == [["attention_mask", "input_ids", "token_type_ids", "vocab_ids"]] * 3
 
 
 # ---------------------------------------------------------------------------------------------------------------

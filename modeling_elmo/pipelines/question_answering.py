@@ -149,10 +149,10 @@ class ElmoQuestionAnsweringPipeline(ChunkPipeline):
             return_overflowing_tokens=True,
             return_offsets_mapping=True,
         )
-        count = len(encoded["input_ids"])
+        count, names = len(encoded["input_ids"]), {*self.tokenizer.model_input_names, *MODEL_INPUTS}
         for window in range(count):
             yield {
-                **{name: torch.tensor([encoded[name][window]]) for name in MODEL_INPUTS if name in encoded},
+                **{name: torch.tensor([encoded[name][window]]) for name in names if name in encoded},
                 "offsets": encoded["offset_mapping"][window],
                 "sequence_ids": encoded.sequence_ids(window),
                 "context": context,
@@ -160,7 +160,8 @@ class ElmoQuestionAnsweringPipeline(ChunkPipeline):
             }
 
     def _forward(self, inputs):
-        out = self.model(**{name: inputs[name] for name in MODEL_INPUTS if name in inputs})
+        names = {*self.tokenizer.model_input_names, *MODEL_INPUTS}  # vocab_ids too, for a word-input biLM
+        out = self.model(**{name: inputs[name] for name in names if name in inputs})
         return {  # start first: the pipeline reads the batch's size from the first value
             "start": out.start_logits.float(),  # (B, W)
             "end": out.end_logits.float(),
