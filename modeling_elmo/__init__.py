@@ -57,7 +57,7 @@ from .modeling_elmo_qa import ElmoForQuestionAnswering
 from .modeling_elmo_tagging import ElmoForTokenClassification, ElmoTokenClassifierOutput
 from .pipelines.question_answering import QA_TASK, ElmoQuestionAnsweringPipeline
 from .pipelines_elmo import FEATURE_TASK, ElmoFeatureExtractionPipeline, ElmoTokenClassificationPipeline
-from .pipelines_fill_mask_elmo import FILL_MASK_TASK, ElmoFillMaskPipeline, ElmoForMaskedLM
+from .pipelines_fill_mask_elmo import FILL_MASK_TASK, ElmoAwareFillMaskPipeline, ElmoFillMaskPipeline, ElmoForMaskedLM
 from .tokenization_elmo import ElmoTokenizer
 
 AutoConfig.register("elmo", ElmoConfig, exist_ok=True)
@@ -75,6 +75,7 @@ AutoModelForMaskedLM.register(ElmoConfig, ElmoForMaskedLM, exist_ok=True)
 # transformers warns that the task is "already registered": that replacement is this call's documented purpose, so
 # its verbosity is at ERROR for this one call (its public switch), and the user's level comes back after it.
 _stock = PIPELINE_REGISTRY.supported_tasks["token-classification"]
+_stock_fill = PIPELINE_REGISTRY.supported_tasks["fill-mask"]
 _verbosity = _hf_logging.get_verbosity()
 _hf_logging.set_verbosity(_hf_logging.ERROR)
 try:
@@ -84,6 +85,15 @@ try:
         pt_model=AutoModelForTokenClassification,
         default=_stock.get("default"),
         type=_stock.get("type", "text"),
+    )
+    # A model instance of ELMo in the stock "fill-mask" gets the message naming "elmo-fill-mask" (a folder gets it
+    # from ElmoForMaskedLM); every other model runs the stock class.
+    PIPELINE_REGISTRY.register_pipeline(
+        "fill-mask",
+        pipeline_class=ElmoAwareFillMaskPipeline,
+        pt_model=AutoModelForMaskedLM,
+        default=_stock_fill.get("default"),
+        type=_stock_fill.get("type", "text"),
     )
 finally:
     _hf_logging.set_verbosity(_verbosity)
@@ -96,7 +106,7 @@ PIPELINE_REGISTRY.register_pipeline(
 PIPELINE_REGISTRY.register_pipeline(
     QA_TASK, pipeline_class=ElmoQuestionAnsweringPipeline, pt_model=AutoModelForQuestionAnswering, type="text"
 )
-del _stock, _verbosity
+del _stock, _stock_fill, _verbosity
 
 __all__ = [
     "ElmoBiLm",

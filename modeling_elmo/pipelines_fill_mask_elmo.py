@@ -24,6 +24,7 @@ import os
 
 import torch
 from transformers import Pipeline
+from transformers.pipelines import FillMaskPipeline
 
 from .modeling_elmo import ElmoPreTrainedModel
 from .scoring_elmo import folder_has_softmax, top_layer_with_boundaries
@@ -167,4 +168,15 @@ class ElmoForMaskedLM(ElmoPreTrainedModel):
         raise ValueError(NO_MASKED_LM)
 
 
-__all__ = ["FILL_MASK_TASK", "NO_MASKED_LM", "ElmoFillMaskPipeline", "ElmoForMaskedLM"]
+class ElmoAwareFillMaskPipeline(FillMaskPipeline):
+    """transformers' ``FillMaskPipeline``, registered for the stock ``"fill-mask"`` task: unchanged for every other
+    model; given an ELMo model instance (``pipeline("fill-mask", model=model)``, which loads nothing, so
+    [`ElmoForMaskedLM`] cannot speak), it raises the same ``ValueError`` naming ``"elmo-fill-mask"``."""
+
+    def __init__(self, model, *args, **kwargs):
+        if getattr(getattr(model, "config", None), "model_type", None) == "elmo":
+            raise ValueError(NO_MASKED_LM)
+        super().__init__(model, *args, **kwargs)
+
+
+__all__ = ["FILL_MASK_TASK", "NO_MASKED_LM", "ElmoAwareFillMaskPipeline", "ElmoFillMaskPipeline", "ElmoForMaskedLM"]

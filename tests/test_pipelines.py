@@ -319,3 +319,23 @@ def test_stock_feature_extraction_pipeline_with_a_stateful_model_and_two_mixes()
     vectors = extract(SENTENCES[:3], batch_size=2)
     assert [len(v[0]) for v in vectors] == [7, 7, 3]  # the stock pipeline keeps each batch's padding
     assert model.lstm_state.num_rows == 2  # rows carried, as stateful mode does
+
+
+def test_stock_fill_mask_with_an_elmo_model_instance_names_elmo_fill_mask(tmp_path):
+    """Issue 49: ``pipeline("fill-mask", model=<ELMo instance>)`` said only "The tokenizer does not define a
+    `mask_token`"; it names "elmo-fill-mask" as a folder does. A BERT instance still fills the mask (stock class)."""
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    from modeling_elmo import ElmoForPreTraining
+
+    for model in (ElmoModel(ElmoConfig(**TINY_SIZES)), ElmoForPreTraining(ElmoConfig(**TINY_SIZES, lm_vocab_size=5))):
+        with pytest.raises(ValueError, match=r"pipeline\('elmo-fill-mask', model=FOLDER\)"):
+            pipeline("fill-mask", model=model.eval(), tokenizer=TOKENIZER)
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat"]) + "\n")
+    torch.manual_seed(0)
+    bert = BertForMaskedLM(
+        BertConfig(vocab_size=8, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8)
+    ).eval()
+    filled = pipeline("fill-mask", model=bert, tokenizer=BertTokenizerFast(vocab_file=str(vocab)))("the [MASK] sat")
+    assert len(filled) == 5 and all("token_str" in answer for answer in filled)
