@@ -25,7 +25,8 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from .graph_path_elmo import crf_log_partition, crf_through_each_tag, in_graph
+from . import compiled_ops_elmo as ops
+from .graph_path_elmo import compiling, crf_log_partition, crf_through_each_tag, in_graph
 
 __all__ = ["FORBIDDEN_SCORE", "ConditionalRandomField", "bio_allowed_transitions"]
 
@@ -297,15 +298,13 @@ class ConditionalRandomField(nn.Module):
         transitions, start, end = self._effective_scores(emissions.dtype)
         if emissions.shape[1] == 0:
             return self._empty_scores(emissions)
-        if in_graph():  # torch.compile / torch.export: a scan over all steps (the loop reads the longest length)
+        if compiling():  # torch.compile: the loop over all steps as one operator (no host read of the lengths)
+            return ops.call("crf_log_partition", [emissions, mask, transitions, start, end])
+        if in_graph():  # torch.export: a scan over all steps
             return crf_log_partition(emissions, mask, transitions, start, end)
-        # alpha[b, j] = log-sum of the scores of all prefixes ending in tag j at the current step.
-        alpha = start.unsqueeze(0) + emissions[:, 0]  # (B, K)
-        for t in range(1, self._max_length(mask)):
-            # (B, K_prev, 1) + (K_prev, K_next) -> logsumexp over the previous tag -> (B, K_next).
-            step = torch.logsumexp(alpha.unsqueeze(2) + transitions, dim=1) + emissions[:, t]
-            # Past a sequence's end, alpha is carried unchanged so END is added to its last real step.
-            alpha = torch.where(mask[:, t].unsqueeze(1), step, alpha)
+        # alpha[b, j] = log-sum of the scores of all prefixes ending in tag j at the current step; past a sequence's
+        # end, carried unchanged so END is added to its last real step.
+        alpha = ops.crf_alphas(emissions, mask, transitions, start, torch.logsumexp, self._max_length(mask))
         log_z = torch.logsumexp(alpha + end.unsqueeze(0), dim=1)
         return torch.where(mask[:, 0], log_z, torch.zeros_like(log_z))
 
@@ -356,7 +355,11 @@ class ConditionalRandomField(nn.Module):
         if in_graph():
             if steps == 0:
                 return emissions.new_zeros(batch, 0, num_tags)
-            scores = finish(crf_through_each_tag(emissions, mask, transitions, start, end, reduce))
+            if compiling():  # one operator: the loops over all steps (masked steps are zeroed below)
+                tensors = [emissions, mask, transitions, start, end]
+                scores = finish(ops.call("crf_through_each_tag", tensors, [reduce is torch.amax]))
+            else:  # torch.export: scans
+                scores = finish(crf_through_each_tag(emissions, mask, transitions, start, end, reduce))
             return scores.masked_fill(~mask.unsqueeze(2), 0.0)
         length = self._max_length(mask)
         if length == 0:

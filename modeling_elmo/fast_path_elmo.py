@@ -14,11 +14,11 @@ the cost. Prepacked copies are laid out once and reused by every step until the 
 from __future__ import annotations
 
 import functools
-import weakref
 from collections.abc import Sequence
 
 import torch
 from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
 
 from .graph_path_elmo import in_graph
 
@@ -32,7 +32,7 @@ class _PrepackedWeights:
     built lazily and held outside the module (``deepcopy``, ``state_dict`` and saving do not see them).
     """
 
-    _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+    _cache: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
     def __init__(self, weights: Sequence[torch.Tensor], min_elements: int):
         # Aliases of the packed weights keep their memory alive, so an address seen again is the same tensor.
@@ -66,10 +66,13 @@ class _PrepackedWeights:
 
     @classmethod
     def of(cls, layer: nn.Module, weights: Sequence[torch.Tensor], min_elements: int) -> _PrepackedWeights:
-        packed = cls._cache.get(layer)
+        # Keyed by the layer, or by its ``prepack_key`` (a compiled graph's operator sees a transient view of the
+        # layer: compiled_ops_elmo; its key is the layer's input kernel, alive as long as the layer).
+        key = getattr(layer, "prepack_key", layer)
+        packed = cls._cache.get(key)
         if packed is None or not packed.current(weights, min_elements):
-            cls._cache.pop(layer, None)  # free the old copies before making new ones
-            packed = cls._cache[layer] = cls(weights, min_elements)
+            cls._cache.pop(key, None)  # free the old copies before making new ones
+            packed = cls._cache[key] = cls(weights, min_elements)
         return packed
 
 

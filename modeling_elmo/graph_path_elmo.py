@@ -1,5 +1,5 @@
 """The graph path of ElmoModel and of the heads: the same functions as the eager forward, with no data-dependent
-Python control flow, for ``torch.compile(fullgraph=True)`` (also with ``mode="reduce-overhead"``, CUDA graphs) and
+Python control flow, for ``torch.compile`` (plain, ``fullgraph=True``, ``mode="reduce-overhead"``) and
 ``torch.export``.
 
 ``ElmoModel._compute_layers`` chooses it at one place, [`in_graph`]: while torch compiles or exports, else the eager
@@ -11,26 +11,22 @@ What differs from the eager path, and why the outputs are the same (within float
 - the character CNN over all ``C`` positions of every word slot, boundaries and padding included (the eager path
   stops at the longest word, whose windows past it equal this one's; padded slots are zeroed afterwards);
 - ``<S>``/``</S>`` placed by comparisons with the lengths, not by indexing with Python ints;
-- each biLSTM layer as one ``scan`` (``torch._higher_order_ops.scan``) over all ``T = W + 2`` steps, both
-  directions at once, with the layer's own products and cell (``ElmoBiLstmLayer.cell``). The backward direction
-  reads each sentence reversed within its length, so the steps past a sentence's end come after its real steps
-  and never reach them; outputs there are zeroed at the end. Under ``torch.export`` ``T`` stays a symbolic size (an
-  ONNX ``Scan`` of any length); under ``torch.compile`` the words are padded to a length bucket ([`length_bucket`]),
-  so that a few graphs serve all lengths (inductor cannot lower a scan of symbolic length in torch 2.13).
+- the recurrences (each biLSTM layer, a head's task BiLSTM, the CRF's forward and forward-backward algorithms):
 
-The heads' recurrences take the same approach: a task BiLSTM ([`run_task_lstm`], for ``ElmoTaskLstm``) and the CRF's
-forward and forward-backward algorithms ([`crf_log_partition`], [`crf_through_each_tag`]) are scans over the padded
-steps (a length bucket under ``torch.compile``, as the biLM's), where the eager path packs or loops up to the longest
-sentence; the heads' value checks become ``torch._assert_async`` in a graph.
+  - under ``torch.compile`` ([`compiling`]), custom operators (``compiled_ops_elmo.py``: ``torch.ops.elmo.*``) whose
+    implementation is the eager path's code on the padded batch (packed real steps, prepacked products at
+    inference) and whose backward re-runs it under autograd. Inductor compiles everything around them and lowers no
+    recurrence; any length runs in the same graph.
+  - under ``torch.export``, ``scan``s (``torch._higher_order_ops.scan``) over all ``T`` steps, both directions at
+    once, ``T`` a symbolic size (an ONNX ``Scan`` of any length): [`run_layer`], [`run_task_lstm`],
+    [`crf_log_partition`], [`crf_through_each_tag`]. The backward direction reads each sentence reversed within its
+    length, so the steps past a sentence's end come after its real steps and never reach them; outputs there are
+    zeroed at the end.
 
-Known limits of inductor (torch 2.13) in training, measured (docs/speed.md): in a static-shape graph, the tagger's
-2-layer task BiLSTM and its CRF get wrong gradients (the two layers' recurrent weights get the same one); a pair
-head's graph with a symbolic batch does not compile. ``aot_eager`` is right for every head, as are
-inductor's outputs and ElmoModel's own gradients; ``tests/test_compile.py`` checks what holds.
+The heads' value checks become ``torch._assert_async`` in a graph.
 
 Not on the graph path: a carried LSTM state (``lstm_state=``, ``config.stateful``: each row's state is looked up by
-value), stream mode and the token cache. The final LSTM states are not returned from the scan: on torch 2.13,
-inductor's backward of ``scan`` is wrong when the final carry receives a gradient (measured; ``aot_eager`` is right).
+value), stream mode, the token cache and int8 layers (refused by name under ``torch.compile``).
 """
 
 from __future__ import annotations
@@ -39,10 +35,18 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import compiled_ops_elmo as ops
+
 
 def in_graph() -> bool:
     """Whether torch is compiling (``torch.compile``) or exporting (``torch.export``) the code that calls this."""
     return torch.compiler.is_compiling() or torch.compiler.is_exporting()
+
+
+def compiling() -> bool:
+    """Whether ``torch.compile`` (not ``torch.export``) traces the code that calls this: the recurrences then run as
+    the custom operators of ``compiled_ops_elmo.py``; under ``torch.export``, as scans."""
+    return torch.compiler.is_compiling() and not torch.compiler.is_exporting()
 
 
 def _scan():
@@ -76,7 +80,7 @@ def encode_characters(cnn: nn.Module, char_ids: torch.Tensor) -> torch.Tensor:
     x = cnn.projection(x)
     if word_ids is not None:
         x = x + cnn.word_input(word_ids)
-    return x.reshape(*batch_shape, -1)
+    return x.reshape(*batch_shape, x.shape[-1])  # not -1: a batch of no sentences has no elements
 
 
 def run_layer(layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
@@ -105,38 +109,20 @@ def run_layer(layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     return outputs + inputs if layer.residual else outputs
 
 
-# The compiled graph's padded word counts: 32, 128, 512, ... (for up to 31, 127, 511, ... words). Few buckets keep the
-# graphs few (each bucket is one guard range of dynamo, hence one graph per batch class): 1-100 words take two, at
-# the cost of running the recurrence over up to 4x the steps of the longest sentence (eager runs only real steps).
-FIRST_BUCKET, BUCKET_GROWTH = 32, 4
-
-
-def length_bucket(words) -> int:
-    """The padded sentence length a compiled graph runs at for ``words`` (an int or a symbolic size): always longer
-    than ``words``, so that the padding is never empty (an empty one is another graph)."""
-    bucket = FIRST_BUCKET
-    while bucket <= words:
-        bucket *= BUCKET_GROWTH
-    return bucket
-
-
 def graph_layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
     """``ElmoModel._compute_layers`` without a carried state: the ``L + 1`` layers ``(B, W, 2P)`` of ``input_ids``
     ``(B, W, C)`` (zero at padding) under ``mask`` ``(B, W)`` bool, zero where ``mask`` is False.
 
-    Under ``torch.compile`` the words are padded up to [`length_bucket`] (sliced back at the end): inductor's lowering
-    of ``scan`` fails on a symbolic number of steps in torch 2.13 (``KeyError`` in ``lower_to_while_loop``; a
-    symbolic batch compiles), so the number of steps is a constant per bucket. ``torch.export`` keeps it symbolic
-    (the exported program and its ONNX ``Scan`` take any length)."""
-    words = input_ids.shape[1]
-    # The lengths before any padding: inductor (torch 2.13, CPU) emits C++ that does not compile for the sum of a
-    # padded mask that is itself computed (a pair's split mask).
-    lengths = mask.sum(dim=1)  # (B,)
-    if torch.compiler.is_compiling() and not torch.compiler.is_exporting():  # torch.compile (is_compiling: both)
-        pad = length_bucket(words) - words
-        input_ids, mask = F.pad(input_ids, (0, 0, 0, pad)), F.pad(mask, (0, pad))
-        return [layer[:, :words] for layer in _layers(model, input_ids, mask, lengths)]
-    return _layers(model, input_ids, mask, lengths)
+    Each biLSTM layer is one ``elmo::bilstm_layer`` operator under ``torch.compile``, one ``scan`` under
+    ``torch.export`` (whose program and ONNX ``Scan`` take any length)."""
+    if compiling():
+        for layer in model.bilm.layers:
+            if getattr(layer, "holds_int8_weights", False) or not hasattr(layer, "input_kernel"):
+                raise ValueError(
+                    f"a biLM with {type(layer).__name__} layers (their own products, e.g. int8-quantized) does not "
+                    "run under torch.compile: run it eagerly (the int8 products are its fast path)"
+                )
+    return _layers(model, input_ids, mask, mask.sum(dim=1))
 
 
 def _layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, lengths: torch.Tensor) -> list[torch.Tensor]:
@@ -150,23 +136,31 @@ def _layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, lengt
     steps = lengths + 2
     encoded = encode_characters(model.char_cnn, ids)  # (B, T, P), in autocast's dtype under autocast
     tokens = encoded * (positions < steps.unsqueeze(1)).unsqueeze(-1).to(encoded.dtype)
-    inputs = torch.stack([tokens, reverse_padded(tokens, steps)])  # (2, B, T, P)
     layers = [torch.cat([tokens, tokens], dim=-1)]
-    for layer in model.bilm.layers:
-        inputs = run_layer(layer, inputs)
-        layers.append(torch.cat([inputs[0], reverse_padded(inputs[1], steps)], dim=-1))
+    if compiling():  # operators on (2B, T, P): see compiled_ops_elmo._bilstm_layer
+        inputs = tokens
+        for k, layer in enumerate(model.bilm.layers):
+            inputs = op_layer(layer, inputs, steps, first=k == 0)
+            both = inputs.view(2, batch, inputs.shape[1], -1)
+            layers.append(torch.cat([both[0], reverse_padded(both[1], steps)], dim=-1))
+    else:
+        inputs = torch.stack([tokens, reverse_padded(tokens, steps)])  # (2, B, T, P)
+        for layer in model.bilm.layers:
+            inputs = run_layer(layer, inputs)
+            layers.append(torch.cat([inputs[0], reverse_padded(inputs[1], steps)], dim=-1))
     # Drop <S> (position 0) and </S> (position n + 1, which the mask zeroes).
     keep = mask.unsqueeze(-1).to(tokens.dtype)
     return [layer[:, 1 : words + 1] * keep for layer in layers]
 
 
-def graph_padding(words) -> int:
-    """How many padded steps a task recurrence (the heads' BiLSTMs, the CRF) runs past ``words`` in a graph: up to
-    [`length_bucket`] under ``torch.compile`` (a constant number of steps per bucket, as [`graph_layers`] does),
-    one under ``torch.export`` (a recurrence over a symbolic length, never empty)."""
-    if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
-        return length_bucket(words) - words
-    return 1
+def op_layer(layer: nn.Module, inputs: torch.Tensor, steps: torch.Tensor, first: bool) -> torch.Tensor:
+    """[`run_layer`] as the ``elmo::bilstm_layer`` operator (the eager path's recurrence, over real steps only):
+    ``inputs (2B, T, P)`` (the directions' rows; ``first``: the tokens ``(B, T, P)``), ``steps (B,)`` ->
+    ``(2B, T, P)``, the residual added."""
+    weights = [layer.input_kernel, layer.state_kernel, layer.bias, layer.projection]
+    # The eager path's choice of oneDNN's prepacked products: at inference only.
+    prepack = not (torch.is_grad_enabled() and (inputs.requires_grad or any(w.requires_grad for w in weights)))
+    return ops.call("bilstm_layer", [inputs, steps, *weights], ops.bilstm_layer_consts(layer, prepack, first))
 
 
 def _task_lstm_step(w_forward: torch.Tensor, w_backward: torch.Tensor):
@@ -192,8 +186,7 @@ def run_task_lstm(lstm: nn.Module, features: torch.Tensor, lengths: torch.Tensor
     cell, output). As in [`run_layer`], the backward direction reads each row reversed within its length, so padding
     never reaches a real step; between layers, the module's dropout."""
     words = features.shape[1]
-    pad = graph_padding(words)
-    x = F.pad(features, (0, 0, 0, pad))  # (B, T, F), T = W + pad
+    x = F.pad(features, (0, 0, 0, 1))  # (B, T, F), T = W + 1: a scan over a symbolic length is never empty
     batch, steps, _ = x.shape
     keep = (torch.arange(steps, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1).to(x.dtype)
     for k in range(lstm.num_layers):
@@ -215,10 +208,9 @@ def run_task_lstm(lstm: nn.Module, features: torch.Tensor, lengths: torch.Tensor
 
 
 def _pad_steps(emissions: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``emissions (B, W, K)`` and ``mask (B, W)`` padded with [`graph_padding`] masked steps, to ``T`` steps (the
-    scans run ``T - 1 >= 1``)."""
-    pad = graph_padding(emissions.shape[1])
-    return F.pad(emissions, (0, 0, 0, pad)), F.pad(mask, (0, pad))
+    """``emissions (B, W, K)`` and ``mask (B, W)`` padded with one masked step, to ``T = W + 1`` steps (the scans
+    run ``T - 1 >= 1``: a scan over a symbolic length is never empty)."""
+    return F.pad(emissions, (0, 0, 0, 1)), F.pad(mask, (0, 1))
 
 
 def crf_log_partition(
@@ -278,13 +270,13 @@ def crf_through_each_tag(
 
 
 __all__ = [
+    "compiling",
     "crf_log_partition",
     "crf_through_each_tag",
     "encode_characters",
     "graph_layers",
-    "graph_padding",
     "in_graph",
-    "length_bucket",
+    "op_layer",
     "reverse_padded",
     "run_layer",
     "run_task_lstm",

@@ -11,13 +11,15 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from .graph_path_elmo import in_graph, run_task_lstm
+from . import compiled_ops_elmo as ops
+from .graph_path_elmo import compiling, in_graph, run_task_lstm
 
 
 class ElmoTaskLstm(nn.Module):
     """A task's bidirectional LSTM (batch first): in eager mode on packed sequences, with the kernel ``nn.LSTM``
-    calls (``torch.lstm``); under ``torch.compile``/``torch.export``, [`run_task_lstm`] on the padded input
-    (packing reads the lengths into Python).
+    calls (``torch.lstm``); under ``torch.compile``, the same kernel in one custom operator per layer
+    (``compiled_ops_elmo.task_lstm``: packing reads the lengths into Python, which a graph cannot); under
+    ``torch.export``, [`run_task_lstm`] (scans) on the padded input.
 
     Input ``(B, W, F)`` and lengths ``(B,)``; output ``(B, W, 2H)``; past each sentence's end, zero (an empty
     sentence runs one step in eager mode: its first position holds that step, which the heads mask).
@@ -52,7 +54,9 @@ class ElmoTaskLstm(nn.Module):
         ]
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        if in_graph():
+        if compiling():
+            return ops.task_lstm(self, features, lengths)
+        if in_graph():  # torch.export
             return run_task_lstm(self, features, lengths)
         batch, words, _ = features.shape
         if words == 0:  # only empty sentences: nothing to run (packing would fail on empty tensors)

@@ -103,3 +103,34 @@ def test_trainer_bf16_step(tmp_path, demo):
     result = trainer.train()
     assert next(model.parameters()).device.type == "cuda"
     assert result.global_step == 1 and np.isfinite(result.training_loss)
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_the_recurrence_operators_on_cuda_equal_the_cpu(mode, no_tf32):
+    """The custom operators' CUDA implementations (every step of the padded batch, no host read: compiled_ops_elmo)
+    inside a compiled CRF tagger with a 2-layer task BiLSTM and a trained biLM: logits and gradients as the CPU
+    eager model's."""
+    from helpers import TINY
+
+    from modeling_elmo import ElmoConfig
+
+    torch.manual_seed(0)
+    config = ElmoConfig(**TINY, num_labels=3, use_crf=True, freeze_bilm=False, elmo_dropout=0.0, tagger_dropout=0.0)
+    cpu = ElmoForTokenClassification(config).train()
+    gpu = ElmoForTokenClassification(config).cuda().train()
+    gpu.load_state_dict(cpu.state_dict())
+    generator = torch.Generator().manual_seed(0)
+    lengths = torch.tensor([6, 3, 1, 5])
+    mask = (torch.arange(6) < lengths.unsqueeze(1)).long()
+    ids = torch.randint(1, 262, (4, 6, 50), generator=generator) * mask.unsqueeze(-1)
+    labels = torch.randint(0, 3, (4, 6), generator=generator).masked_fill(mask == 0, -100)
+    compiled = torch.compile(gpu, mode=mode)
+    for _ in range(3):  # CUDA graphs record on a later call than the first
+        gpu.zero_grad()
+        out = compiled(input_ids=ids.cuda(), attention_mask=mask.cuda(), labels=labels.cuda())
+        out.loss.backward()
+    ref = cpu(input_ids=ids, attention_mask=mask, labels=labels)
+    ref.loss.backward()
+    torch.testing.assert_close(out.logits.cpu(), ref.logits, atol=BATCHING_ATOL, rtol=0)
+    for (name, p), q in zip(gpu.named_parameters(), cpu.parameters(), strict=True):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-4, atol=1e-5 * max(1.0, q.grad.abs().max()), msg=name)

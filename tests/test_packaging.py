@@ -19,6 +19,7 @@ SHIPPED = {
     "character_inputs_elmo.py",
     "characters.py",
     "checks_elmo.py",
+    "compiled_ops_elmo.py",
     "configuration_elmo.py",
     "crf.py",
     "esim_elmo.py",

@@ -1,0 +1,97 @@
+"""CPU benchmark of ``torch.compile(ElmoModel)`` (plain: inductor, the default) against eager, issue 50.
+
+For each dtype (float32, bfloat16: the model's weights cast) and batch size (1, 32), one batch of random words
+(sentences of ``--min-words``-``--max-words`` words, the lengths differing as in real text), inference under
+``torch.inference_mode``: the first compiled call apart (the compile), one warm-up call per path, then ``--repeats``
+rounds in which eager and compiled alternate; each path's words/s is its median. Prints a Markdown table, the CPU
+(``/proc/cpuinfo``) and the load (``os.getloadavg``) before and after: the machine may be shared.
+
+    python benchmarks/bench_compile.py                       # original size (2x4096_512), ~10 min on 2 cores
+    python benchmarks/bench_compile.py --size tiny --repeats 3 --batch-sizes 1 4    # seconds: the harness
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_inference import SIZES, cpu_description, make_batch, make_vocab  # noqa: E402
+
+from modeling_elmo import ElmoConfig, ElmoModel  # noqa: E402
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def top_layer(module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    with torch.inference_mode():
+        return module(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[-1]
+
+
+def measure(model: ElmoModel, ids, mask, repeats: int) -> dict:
+    """Eager and compiled on one batch: first-call seconds, median seconds, words/s, largest difference."""
+    compiled = torch.compile(model)
+    start = time.perf_counter()
+    top = top_layer(compiled, ids, mask)
+    first = time.perf_counter() - start
+    want = top_layer(model, ids, mask)
+    top_layer(compiled, ids, mask)  # warm-up of both
+    times = {"eager": [], "compiled": []}
+    for _ in range(repeats):  # interleaved: load changes hit both paths alike
+        for name, module in (("eager", model), ("compiled", compiled)):
+            start = time.perf_counter()
+            top_layer(module, ids, mask)
+            times[name].append(time.perf_counter() - start)
+    words = int(mask.sum())
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    return {
+        "first_call_s": first,
+        "eager_words_s": words / medians["eager"],
+        "compiled_words_s": words / medians["compiled"],
+        "ratio": medians["eager"] / medians["compiled"],
+        "max_diff": float((top.float() - want.float()).abs().max()),
+    }
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", default="original", choices=sorted(SIZES))
+    parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=sorted(DTYPES))
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 32])
+    parser.add_argument("--min-words", type=int, default=10)
+    parser.add_argument("--max-words", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    print(f"CPU: {cpu_description()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"load before: {os.getloadavg()}")
+    vocab = make_vocab()
+    rows = []
+    for dtype_name in args.dtypes:
+        torch.manual_seed(0)
+        config = ElmoConfig(**SIZES[args.size], initializer_range=0.02)
+        model = ElmoModel(config).eval().to(DTYPES[dtype_name])
+        torch._dynamo.reset()  # each dtype's first compile from scratch, as in a fresh process
+        for batch in args.batch_sizes:
+            ids, mask = make_batch(batch, args.min_words, args.max_words, vocab, seed=batch)
+            rows.append({"dtype": dtype_name, "batch": batch, **measure(model, ids, mask, args.repeats)})
+    print(f"load after: {os.getloadavg()}")
+    print(f"\n{args.size} size, median of {args.repeats} interleaved runs after warm-up\n")
+    print("| dtype | batch | eager words/s | compiled words/s | compiled/eager | first call (s) | max diff |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['dtype']} | {row['batch']} | {row['eager_words_s']:.1f} | {row['compiled_words_s']:.1f} | "
+            f"{row['ratio']:.2f}x | {row['first_call_s']:.1f} | {row['max_diff']:.1e} |"
+        )
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,299 @@
+"""ELMo's recurrences as custom operators (``torch.ops.elmo.*``), for ``torch.compile``: opaque to dynamo and
+inductor, which compile what surrounds them (character CNN, highway, projections, mixes, heads).
+
+Each operator's implementation is the eager path's own code on padded tensors: the biLM layer packs the valid
+steps (on the CPU, with oneDNN's prepacked products at inference, as ``ElmoBiLstmLayer.forward``), the task
+BiLSTM layer runs ``torch.lstm`` on packed sequences, the CRF's forward and forward-backward algorithms loop over
+the steps. Why operators and not the scans of ``graph_path_elmo.py``: inductor (torch 2.13) cannot lower a scan of
+symbolic length, gets some scan gradients wrong and fails at plain ``torch.compile`` (``DataDependentOutputException``
+in ``decompose_scan_to_while_loop``); an operator runs only real steps, at the eager path's speed, at any length.
+
+Off the CPU (CUDA) the implementations read no value into Python (no packing: every step of the padded batch, the
+past-the-end outputs zeroed), so that a CUDA graph (``mode="reduce-overhead"``) can capture them.
+
+Gradients: each operator ``elmo::NAME`` has a backward operator ``elmo::NAME_backward`` that re-runs the eager
+function under autograd and returns ``torch.autograd.grad`` of it (a recomputation: nothing but the inputs is saved).
+The functions draw no random numbers (the task BiLSTM's dropout runs between the layers, in the graph), so the
+recomputation is the forward's own function.
+
+Every operator takes ``tensors: list[Tensor]`` and ``consts: list[float]`` (settings; ``nan`` for ``None``) and
+returns one tensor; [`call`] is the way in.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+# "elmo" for the installed package; a copy of this file loaded as a model folder's remote code (transformers_modules.
+# ...) registers its own namespace, since an operator name can be registered once per process.
+NAMESPACE = "elmo" if __name__ == "modeling_elmo.compiled_ops_elmo" else "elmo_" + re.sub(r"\W", "_", __name__)
+_OPS: dict[str, tuple[Callable, Callable]] = {}  # name -> (forward operator, eager function)
+
+
+def _no_autocast(device: torch.device):
+    """The operators' dtypes are their inputs' (cast by the caller, [`call`]): autocast must not recast inside."""
+    return torch.autocast(device.type, enabled=False) if device.type in ("cpu", "cuda") else contextlib.nullcontext()
+
+
+def _with_autograd():
+    """Autograd inside an operator's implementation (the dispatcher excludes its keys below the autograd key)."""
+    exclude = torch._C._dispatch_tls_local_exclude_set()
+    for key in (torch._C.DispatchKey.AutogradFunctionality, torch._C.DispatchKey.AutogradOther):
+        exclude = exclude.remove(key)
+    exclude = exclude.remove(torch._C.DispatchKey.AutogradNestedTensor)
+    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude)
+
+
+def _define(name: str, eager: Callable[[list[Tensor], list[float]], Tensor], fake: Callable) -> None:
+    """Register ``elmo::name`` (``eager`` as its implementation, ``fake`` for tracing) and its backward operator."""
+
+    def forward(tensors: list[Tensor], consts: list[float]) -> Tensor:
+        with _no_autocast(tensors[0].device):
+            return eager(list(tensors), list(consts)).contiguous()  # the fake's layout (inductor checks it)
+
+    def backward(grad: Tensor, tensors: list[Tensor], consts: list[float]) -> list[Tensor]:
+        with _with_autograd(), torch.enable_grad(), _no_autocast(grad.device):
+            leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in tensors]
+            wanted = [leaf for leaf in leaves if leaf.requires_grad]
+            grads = iter(torch.autograd.grad(eager(leaves, list(consts)), wanted, grad, allow_unused=True))
+        # Not differentiable (lengths, masks) or unused: zeros, which the autograd formula drops or passes on.
+        found = [next(grads) if leaf.requires_grad else None for leaf in leaves]
+        return [t.new_zeros(t.shape) if g is None else g.contiguous() for g, t in zip(found, tensors, strict=True)]
+
+    tags = (torch.Tag.needs_contiguous_strides,)
+    forward_op = torch.library.custom_op(f"{NAMESPACE}::{name}", forward, mutates_args=(), tags=tags)
+    forward_op.register_fake(lambda tensors, consts: fake(list(tensors), list(consts)))
+    backward_op = torch.library.custom_op(f"{NAMESPACE}::{name}_backward", backward, mutates_args=(), tags=tags)
+    backward_op.register_fake(lambda grad, tensors, consts: [t.new_empty(t.shape) for t in tensors])
+
+    def setup_context(ctx, inputs, output):
+        tensors, consts = inputs
+        ctx.save_for_backward(*tensors)
+        ctx.consts = consts
+
+    def formula(ctx, grad):
+        tensors = list(ctx.saved_tensors)
+        grads = backward_op(grad.contiguous(), tensors, ctx.consts)
+        grads = [g if t.is_floating_point() else None for g, t in zip(grads, tensors, strict=True)]
+        return grads, [None] * len(ctx.consts)  # the structure of the inputs (an empty list stays one)
+
+    forward_op.register_autograd(formula, setup_context=setup_context)
+    _OPS[name] = (forward_op, eager)
+
+
+def call(name: str, tensors: Sequence[Tensor], consts: Sequence[float] = ()) -> Tensor:
+    """``torch.ops.elmo.<name>(tensors, consts)``, its floating tensors cast to autocast's dtype where autocast is on
+    (as the eager path's products run in it; the cell state stays float32 there too)."""
+    device = tensors[0].device
+    if device.type in ("cpu", "cuda") and torch.is_autocast_enabled(device.type):
+        dtype = torch.get_autocast_dtype(device.type)
+        tensors = [t.to(dtype) if t.is_floating_point() else t for t in tensors]
+    return _OPS[name][0](list(tensors), [float(c) for c in consts])
+
+
+def _clip(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _setting(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
+# ------------------------------------------------------------------------------------------------ biLM layer
+
+
+def bilstm_layer_consts(layer: nn.Module, prepack: bool, first: bool) -> list[float]:
+    """The settings ``elmo::bilstm_layer`` takes from an ``ElmoBiLstmLayer``; ``prepack``: whether oneDNN's
+    prepacked products may serve (the eager path's choice: at inference); ``first``: the inputs are the tokens."""
+    return [
+        _setting(layer.cell_clip),
+        _setting(layer.proj_clip),
+        float(prepack and layer.use_prepacked_weights),
+        float(layer.prepack_min_elements),
+        float(layer.prepack_min_rows),
+        float(layer.residual),
+        float(first),
+    ]
+
+
+def _layer_view(weights: Sequence[Tensor], consts: Sequence[float]) -> nn.Module:
+    """An ``ElmoBiLstmLayer`` over the given weights (no copy, no new parameters), for its recurrence."""
+    from .modeling_elmo import ElmoBiLstmLayer
+
+    input_kernel, state_kernel, bias, projection = weights
+    view = ElmoBiLstmLayer.__new__(ElmoBiLstmLayer)
+    nn.Module.__init__(view)
+    view.input_kernel, view.state_kernel, view.bias, view.projection = input_kernel, state_kernel, bias, projection
+    view.projection_dim, view.lstm_dim = projection.shape[-1], projection.shape[-2]
+    view.cell_clip, view.proj_clip, view.residual = _clip(consts[0]), _clip(consts[1]), False
+    view.use_prepacked_weights = bool(consts[2])
+    view.prepack_min_elements, view.prepack_min_rows = int(consts[3]), int(consts[4])
+    view.prepack_key = input_kernel  # the prepacked copies' cache key (the view itself lives for one call)
+    return view
+
+
+def _bilstm_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
+    """One biLM layer from zero states, both directions: ``inputs (2B, T, P)``, the forward direction's rows then
+    the backward one's (reversed within each row's length), or with ``consts[6]`` the first layer's tokens
+    ``(B, T, P)`` in reading order (the operator reverses them); ``lengths (B,)`` steps per row; the layer's four
+    weights -> the outputs ``(2B, T, P)`` in the two directions' layout, the residual added, zero past each row's
+    length.
+
+    Three dimensions and the previous operator's output or the tokens as inputs, not a stack made in the graph:
+    inductor (torch 2.13) lays such 4-d tensors out channels-last or with symbolic strides it then fails to order
+    when they are saved for the backward ("cannot determine truth value of Relational", stride assertions)."""
+    inputs, lengths, *weights = tensors
+    batch, steps, width = lengths.shape[0], inputs.shape[1], inputs.shape[2]
+    if consts[6]:
+        from .graph_path_elmo import reverse_padded
+
+        inputs = torch.stack([inputs, reverse_padded(inputs, lengths)])
+    inputs = inputs.view(2, batch, steps, width)
+    output = _bilstm_directions(inputs, lengths, weights, consts)
+    output = output + inputs if consts[5] else output
+    return output.view(2 * batch, steps, -1)
+
+
+def _bilstm_directions(inputs: Tensor, lengths: Tensor, weights: list[Tensor], consts: list[float]) -> Tensor:
+    layer = _layer_view(weights, consts)
+    _, batch, steps, width = inputs.shape
+    live = torch.arange(steps, device=inputs.device) < lengths.unsqueeze(1)  # (B, T)
+    h = inputs.new_zeros(2, batch, width)
+    c = inputs.new_zeros(2, batch, layer.lstm_dim, dtype=layer.state_dtype(weights[2].dtype))
+    if inputs.device.type != "cpu" or batch == 0:
+        # Every step of every row: no value read into Python (CUDA graphs); steps past a row's end come after its
+        # real ones and never reach them.
+        output, _, _ = layer.forward(inputs.transpose(1, 2).reshape(2, steps * batch, width), h, c, [batch] * steps)
+        output = output.view(2, steps, batch, -1).transpose(1, 2)
+        return output * live.unsqueeze(-1).to(output.dtype)
+    # The eager path's packing (ElmoBiLm.forward): rows longest first, the valid steps time-major.
+    sorted_lengths, order = lengths.sort(descending=True)
+    valid = live.index_select(0, order)
+    step_index, row_index = valid.t().nonzero(as_tuple=True)
+    packed_index = row_index * steps + step_index
+    batch_sizes = [n for n in valid.sum(dim=0).tolist() if n > 0]
+    packed = inputs.index_select(1, order).reshape(2, batch * steps, width).index_select(1, packed_index)
+    output, _, _ = layer.forward(packed, h, c, batch_sizes)
+    full = output.new_zeros(2, batch * steps, output.shape[-1]).index_copy(1, packed_index, output)
+    return full.view(2, batch, steps, -1).index_select(1, order.argsort())
+
+
+def _bilstm_layer_fake(tensors: list[Tensor], consts: list[float]) -> Tensor:
+    inputs, lengths, projection = tensors[0], tensors[1], tensors[-1]
+    return inputs.new_empty(2 * lengths.shape[0], inputs.shape[1], projection.shape[-1], dtype=projection.dtype)
+
+
+_define("bilstm_layer", _bilstm_layer, _bilstm_layer_fake)
+
+
+# ------------------------------------------------------------------------------------------- task BiLSTM layer
+
+
+def _task_lstm_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
+    """One layer of a task BiLSTM (``nn.LSTM``'s weights and gates): ``features (B, W, F)``, ``lengths (B,)``, then
+    ``W_ih, W_hh, b_ih, b_hh`` of the forward and of the backward direction -> ``(B, W, 2H)``, zero past each row's
+    length (an empty row runs one step at its first position, as in eager mode)."""
+    features, lengths, *weights = tensors
+    batch, words, _ = features.shape
+    hidden = weights[1].shape[-1]
+    if words == 0 or batch == 0:
+        # Zeros that depend on the weights: the recomputed backward needs an output in the autograd graph.
+        return features.new_zeros(batch, words, 2 * hidden) + 0 * sum(w.sum() for w in weights)
+    lengths = lengths.clamp(min=1)
+    state = features.new_zeros(2, batch, hidden)
+    if features.device.type == "cpu":  # the eager path's packed sequences
+        packed = pack_padded_sequence(features, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        data, _, _ = torch.lstm(packed.data, packed.batch_sizes, (state, state), weights, True, 1, 0.0, False, True)
+        output = PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
+        return pad_packed_sequence(output, batch_first=True, total_length=words)[0]
+    # Padded, no value read into Python: the backward direction reads each row reversed within its length.
+    from .graph_path_elmo import reverse_padded
+
+    zero = state[:1]
+    runs = []
+    for k, x in enumerate((features, reverse_padded(features, lengths))):
+        out, _, _ = torch.lstm(x, (zero, zero), weights[4 * k : 4 * k + 4], True, 1, 0.0, False, False, True)
+        runs.append(out)
+    output = torch.cat([runs[0], reverse_padded(runs[1], lengths)], dim=-1)
+    live = torch.arange(words, device=features.device) < lengths.unsqueeze(1)
+    return output * live.unsqueeze(-1).to(output.dtype)
+
+
+def _task_lstm_layer_fake(tensors: list[Tensor], consts: list[float]) -> Tensor:
+    features, w_hh = tensors[0], tensors[3]
+    return features.new_empty(*features.shape[:-1], 2 * w_hh.shape[-1])
+
+
+_define("task_lstm_layer", _task_lstm_layer, _task_lstm_layer_fake)
+
+
+def task_lstm(lstm: nn.Module, features: Tensor, lengths: Tensor) -> Tensor:
+    """``ElmoTaskLstm``'s forward as one operator call per layer, the module's dropout between the layers (in the
+    graph: the recomputed backward then sees the same dropped units): ``(B, W, F)``, ``(B,)`` -> ``(B, W, 2H)``."""
+    x = features
+    for k in range(lstm.num_layers):
+        if k > 0:
+            x = F.dropout(x, lstm.dropout, lstm.training)
+        weights = [
+            getattr(lstm, f"{kind}_l{k}{direction}")
+            for direction in ("", "_reverse")
+            for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        ]
+        x = call("task_lstm_layer", [x, lengths, *weights])
+    return x
+
+
+# ------------------------------------------------------------------------------------------------------ CRF
+
+
+def crf_alphas(emissions: Tensor, mask: Tensor, transitions: Tensor, start: Tensor, reduce, steps: int) -> Tensor:
+    """The CRF's forward recursion over the first ``steps`` positions: ``alpha (B, K)`` after the last, carried
+    unchanged past each row's end (``mask (B, W)`` right-padded), with ``reduce`` over the previous tag."""
+    alpha = start.unsqueeze(0) + emissions[:, 0]
+    for t in range(1, steps):
+        step = reduce(alpha.unsqueeze(2) + transitions, dim=1) + emissions[:, t]
+        alpha = torch.where(mask[:, t].unsqueeze(1), step, alpha)
+    return alpha
+
+
+def _crf_log_partition(tensors: list[Tensor], consts: list[float]) -> Tensor:
+    """``log Z (B,)`` from ``emissions (B, W, K)`` (``W >= 1``), ``mask (B, W)`` bool and the effective
+    ``transitions (K, K)``, ``start``, ``end (K,)``; 0 for an empty row. All ``W`` steps (masked ones carry alpha)."""
+    emissions, mask, transitions, start, end = tensors
+    alpha = crf_alphas(emissions, mask, transitions, start, torch.logsumexp, emissions.shape[1])
+    log_z = torch.logsumexp(alpha + end.unsqueeze(0), dim=1)
+    return torch.where(mask[:, 0], log_z, torch.zeros_like(log_z))
+
+
+_define("crf_log_partition", _crf_log_partition, lambda tensors, consts: tensors[0].new_empty(tensors[0].shape[0]))
+
+
+def _crf_through_each_tag(tensors: list[Tensor], consts: list[float]) -> Tensor:
+    """Forward-backward: ``alpha + beta (B, W, K)`` per position and tag (arguments as [`_crf_log_partition`];
+    ``consts[0]``: 1 for max-product, 0 for sum-product); values at masked positions are for the caller to zero."""
+    emissions, mask, transitions, start, end = tensors
+    reduce = torch.amax if consts[0] else torch.logsumexp
+    batch, steps, num_tags = emissions.shape
+    alphas = [start.unsqueeze(0) + emissions[:, 0]]
+    for t in range(1, steps):
+        alphas.append(reduce(alphas[-1].unsqueeze(2) + transitions, dim=1) + emissions[:, t])
+    final = end.unsqueeze(0).expand(batch, num_tags)
+    betas = [final]
+    for t in range(steps - 2, -1, -1):
+        step = reduce(transitions.unsqueeze(0) + (emissions[:, t + 1] + betas[-1]).unsqueeze(1), dim=2)
+        betas.append(torch.where(mask[:, t + 1].unsqueeze(1), step, final))
+    return torch.stack(alphas, dim=1) + torch.stack(betas[::-1], dim=1)
+
+
+_define("crf_through_each_tag", _crf_through_each_tag, lambda tensors, consts: torch.empty_like(tensors[0]))
+
+
+__all__ = ["NAMESPACE", "bilstm_layer_consts", "call", "crf_alphas", "task_lstm"]
