@@ -31,13 +31,11 @@ def shared_dir() -> Path:
     return Path(os.environ.get("ELMO_SHARED_DIR", REPO.parent / "shared"))
 
 
-def _require(path: Path) -> Path:
+def _require(path: Path, what: str) -> Path:
+    """``path``, or a skip (a failure under ``ELMO_REQUIRE_SHARED=1``) whose reason says what is missing: ``what``."""
     if path.exists():
         return path
-    reason = (
-        f"{path} not found: these tests need the CoNLL-2003 / WikiText-2 data from ../shared "
-        "(or set ELMO_SHARED_DIR to the folder that holds data/)"
-    )
+    reason = f"{what}: {path} does not exist"
     if os.environ.get("ELMO_REQUIRE_SHARED") == "1":
         pytest.fail(reason + "; ELMO_REQUIRE_SHARED=1 forbids skipping them")
     pytest.skip(reason)
@@ -103,6 +101,48 @@ def _with_install_hint(report) -> None:
         report.longrepr = (path, line, f'{reason} (pip install -e ".[{extra.group(1)}]")')
 
 
+# The skip summary (issue 51). ``-rs`` prints one line per place and reason. transformers' common tests skip about
+# 90 of their tests on ELMo, for reasons of their own, each at its own line of transformers' file, and a
+# ``skipif`` mark gives a line per test: about 140 lines in all. So every skip is reported at the test file that
+# ran it, without a line number (equal reasons of one file fold into one line, with a count), and the reason of a
+# common test skipped inside transformers' own code is replaced by its group below. The reasons stay in the tests:
+# ``ELMO_SKIP_DETAILS=1`` reports every skip where and as it was raised.
+COMMON_TESTS = "transformers' common tests"
+COMMON_TEST_FILES = ("test_transformers_common.py", "test_transformers_tokenizer_common.py")
+COMMON_SKIP_GROUPS = [
+    (r"attention|sdpa|flash|grouped_mm", f"{COMMON_TESTS} of attention (eager, SDPA, flash): ELMo has no attention"),
+    (r"rope|position embeddings", f"{COMMON_TESTS} of position embeddings and RoPE: ELMo's LSTMs have none"),
+    (
+        r"cache|decoder-only|sequence-to-sequence|seq2seq|chat template",
+        f"{COMMON_TESTS} of generation (KV cache, decoders, seq2seq, chat templates): ELMo generates nothing",
+    ),
+    (r"accelerator|cuda|\bmps\b|deepspeed", f"{COMMON_TESTS} that need a GPU or DeepSpeed: none here"),
+    (
+        r"resize_embeddings|conversion found|_keep_in_fp32|subconfigs|not composite|capture|sparse experts|"
+        r"router_logits|tp plan|integration expected tokens|tokenizersextractor",
+        f"{COMMON_TESTS} of features ELMo does not declare (resizing, conversions, fp32 modules, experts, TP...)",
+    ),
+    (
+        r"base_model_class|classification linear layer|differentiable loss",
+        f"{COMMON_TESTS} that find no part they check in a head (base model class, Linear classifier, loss)",
+    ),
+    (r"test is slow", f"{COMMON_TESTS} that transformers marks slow (RUN_SLOW=1 runs them)"),
+]
+
+
+def _grouped_skip(report, item) -> None:
+    """``report``, a skip, reported at ``item``'s test file without a line number; a common test skipped for one of
+    transformers' reasons gets its group's reason (``COMMON_SKIP_GROUPS``)."""
+    if os.environ.get("ELMO_SKIP_DETAILS") == "1":
+        return
+    if not (report.skipped and isinstance(report.longrepr, tuple) and len(report.longrepr) == 3):
+        return
+    _, _, reason = report.longrepr
+    if item.path.name in COMMON_TEST_FILES:  # the package's own reasons there are no group's
+        reason = next((group for pattern, group in COMMON_SKIP_GROUPS if re.search(pattern, reason, re.I)), reason)
+    report.longrepr = (str(item.path), None, reason)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     report = yield
@@ -113,6 +153,7 @@ def pytest_runtest_makereport(item, call):
         report.outcome = "skipped"
         report.longrepr = (path, (line or 0) + 1, f"needs {library}, which is not installed: {install_hint([library])}")
     _with_install_hint(report)
+    _grouped_skip(report, item)
     return report
 
 
@@ -164,13 +205,19 @@ def tiny_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def fixture_dir() -> Path:
     """The TensorFlow fixture model ``bilm-residual``: the vendored copy in ``tests/fixtures``."""
-    return _require(VENDORED_FIXTURES / "bilm-residual")
+    return _require(
+        VENDORED_FIXTURES / "bilm-residual", "the TensorFlow fixture model is vendored in git: restore tests/fixtures"
+    )
 
 
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:
     """CoNLL-2003 and WikiText-2 text from ``../shared/data``."""
-    return _require(shared_dir() / "data")
+    return _require(
+        shared_dir() / "data",
+        "these tests read CoNLL-2003 and WikiText-2 from data/conll2003 and data/wikitext-2 of the shared folder: put "
+        "it beside the checkout as ../shared, or set ELMO_SHARED_DIR to it (README.md)",
+    )
 
 
 @pytest.fixture(scope="session")

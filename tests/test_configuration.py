@@ -90,7 +90,7 @@ def memory_limit():
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     limit = _data_segment() + (1 << 30)
     if hard != resource.RLIM_INFINITY and hard < limit:
-        pytest.skip(f"the hard RLIMIT_DATA ({hard}) is below what the test needs")
+        pytest.skip(f"the hard RLIMIT_DATA ({hard}) is below the {limit} bytes this test sets: raise it (ulimit -Hd)")
     resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
     try:
         yield limit

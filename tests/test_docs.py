@@ -1,7 +1,9 @@
 """Every command and code block of README.md and docs/*.md runs as written: the docs must stay accurate.
 
-The pages run in PAGES order (then any other page of docs/, by name) in one scratch folder, each page's Python
-blocks in a namespace of its own, against small stand-ins for what a user would have: the released weights' file
+The pages run in PAGES order (then any other page of docs/, by name) in one scratch folder, each Python block in
+a namespace of its own, as a reader who copies that block alone runs it (issue 51: a block used a class that an
+earlier block had imported); a block that goes on from the one above says so in a comment (``CONTINUES``) and
+runs with that block's names. They run against small stand-ins for what a user would have: the released weights' file
 names hold the TensorFlow fixture model (random weights in the released HDF5 layout), and the corpus, vocabulary and
 CoNLL files hold a few sentences. Only these changes are made, each for a reason a user would not meet:
 
@@ -18,7 +20,7 @@ the blocks before it). A block that needs an optional library that is not instal
 and which extra installs it (``pip install -e ".[demo]"``; ``-rfEs`` in pyproject's addopts prints every reason):
 what a block needs is read from its imports (with ``ast``) and its commands, and looked up in ``NEEDS`` for the
 package's names that import a library only when they run. A block that uses what a skipped or failed block made (a
-name of its page, a file or folder) skips too, naming that block. CI installs every extra, so there
+name of the block it continues, a file or folder) skips too, naming that block. CI installs every extra, so there
 (``CI=true`` or ``ELMO_REQUIRE_SHARED=1``) a missing library fails the block instead. What a block promises
 (shapes, files, results) is checked right after it runs (``PROMISES``).
 
@@ -361,7 +363,25 @@ def _defines_and_uses(code: str) -> tuple[set[str], set[str]]:
             defined |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             defined.add(node.name)
+        elif isinstance(node, ast.arg):  # a function's parameters
+            defined.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            defined.add(node.name)
     return defined, loaded - defined - set(dir(builtins))
+
+
+# A comment that says a Python block goes on from the Python block above it on its page: it runs with that block's
+# names (and, through it, with those of the block that one continues).
+CONTINUES = re.compile(r"#.*\bcontinues the block above\b")
+
+
+def continued(block: Block, earlier: list[Block]) -> Block | None:
+    """The Python block of its page that ``block`` says it continues (``CONTINUES``), or None: it runs alone."""
+    if block.language != "python" or not CONTINUES.search(block.code):
+        return None
+    above = [b for b in earlier if b.page == block.page and b.language == "python"]
+    assert above, f"{block} says it continues the block above, and there is none"
+    return above[-1]
 
 
 def made_by(block: Block) -> set[str]:
@@ -392,17 +412,18 @@ def uses_file(block: Block, name: str) -> bool:
 
 
 def dependencies(block: Block, earlier: list[Block]) -> list[tuple[Block, str]]:
-    """The earlier blocks whose results ``block`` uses, with what it uses: names defined by an earlier Python block
-    of its page, and files or folders that an earlier block (of any page) made."""
+    """The earlier blocks whose results ``block`` uses, with what it uses: the names of the block it continues (and
+    of the blocks that one continues), and files or folders that an earlier block (of any page) made."""
     found: dict[str, tuple[Block, str]] = {}
-    if block.language == "python":
-        _, uses = _defines_and_uses(block.code)
-        for name in sorted(uses):
-            for before in reversed(earlier):
-                if before.page == block.page and before.language == "python":
-                    if name in _defines_and_uses(before.code)[0]:
-                        found.setdefault(str(before), (before, f"`{name}`"))
-                        break
+    chain, above = [], continued(block, earlier)
+    while above is not None:
+        chain.append(above)
+        above = continued(above, earlier[: earlier.index(above)])
+    for name in sorted(_defines_and_uses(block.code)[1] if chain else ()):
+        for before in chain:
+            if name in _defines_and_uses(before.code)[0]:
+                found.setdefault(str(before), (before, f"`{name}`"))
+                break
     own = made_by(block)  # a file the block makes itself is no dependency
     for before in reversed(earlier):
         for name in sorted(made_by(before) - own):
@@ -429,46 +450,45 @@ def run_python_block(block: Block, namespace: dict) -> None:
 # What the blocks promise, checked on what they made, right after the block ran: (page, a line of the block) -> check
 
 
-def _readme_quick_start(run: DocsRun) -> None:
-    assert tuple(run.namespaces["README.md"]["out"].elmo.shape) == (2, 7, 128)  # the demo model: 2 * projection 64
+def _readme_quick_start(run: DocsRun, names: dict) -> None:
+    assert tuple(names["out"].elmo.shape) == (2, 7, 128)  # the demo model: 2 * projection 64
 
 
-def _readme_download(run: DocsRun) -> None:
+def _readme_download(run: DocsRun, names: dict) -> None:
     assert (run.work / "elmo-cache" / "small" / "model.safetensors").is_file()
 
 
-def _converted(run: DocsRun) -> None:
+def _converted(run: DocsRun, names: dict) -> None:
     assert (run.work / "elmo-original" / "model.safetensors").is_file()
 
 
-def _uploaded(run: DocsRun) -> None:
+def _uploaded(run: DocsRun, names: dict) -> None:
     assert run.uploads and run.uploads[0]["repo_id"] == "you/elmo-original"
     assert {"config.json", "model.safetensors", "README.md"} <= set(run.uploads[0]["files"])
 
 
-def _exported(run: DocsRun) -> None:
+def _exported(run: DocsRun, names: dict) -> None:
     assert (run.work / "elmo.onnx").is_file()
 
 
-def _usage_vectors(run: DocsRun) -> None:
+def _usage_vectors(run: DocsRun, names: dict) -> None:
     # "The cat sat on the mat ." and "Hello !"
-    assert tuple(run.namespaces["docs/usage.md"]["out"].elmo.shape[:2]) == (2, 7)
+    assert tuple(names["out"].elmo.shape[:2]) == (2, 7)
 
 
 def _lm_trained(folder: str):
-    def check(run: DocsRun) -> None:
+    def check(run: DocsRun, names: dict) -> None:
         results = json.loads((run.work / folder / "eval_results.json").read_text())
         assert {"eval_forward_perplexity", "eval_backward_perplexity", "eval_perplexity"} <= set(results)
 
     return check
 
 
-def _tagger_trained(run: DocsRun) -> None:
+def _tagger_trained(run: DocsRun, names: dict) -> None:
     assert json.loads((run.work / "ner-elmo" / "all_results.json").read_text())["train_steps"] == 2
 
 
-def _tagger_tags(run: DocsRun) -> None:
-    training = run.namespaces["docs/training.md"]
+def _tagger_tags(run: DocsRun, training: dict) -> None:
     tags = training["tagger"].predict(**training["batch"])
     assert len(tags) == 1 and len(tags[0]) == 5
     assert all("entity_group" in span for span in training["ner"]("John Smith lives in New York."))
@@ -505,7 +525,7 @@ class DocsRun:
     work: Path
     blocks: list[Block]
     outcomes: dict[str, tuple[str, str]]
-    namespaces: dict[str, dict]
+    namespaces: dict[str, dict]  # the names of each Python block that ran, by str(block)
     uploads: list[dict]
 
     def run_through(self, index: int) -> None:
@@ -555,7 +575,10 @@ class DocsRun:
             run_shell_block(block, self.work)
         else:
             try:
-                run_python_block(block, self.namespaces.setdefault(block.page, {"__name__": "__docs__"}))
+                above = continued(block, self.blocks[: self.blocks.index(block)])
+                names = dict(self.namespaces.get(str(above), {})) if above is not None else {}
+                namespace = self.namespaces[str(block)] = {**names, "__name__": "__docs__"}
+                run_python_block(block, namespace)
             except ModuleNotFoundError as error:
                 library = (error.name or "").split(".")[0]
                 if library in OPTIONAL_LIBRARIES:
@@ -567,7 +590,7 @@ class DocsRun:
                 raise
         for page, needle, check in PROMISES:
             if page == block.page and needle in block.code:
-                check(self)
+                check(self, self.namespaces.get(str(block), {}))
 
 
 @pytest.fixture(scope="module")
@@ -671,10 +694,12 @@ def test_a_block_without_its_libraries_skips_naming_the_extra(page, needle, libr
 
 
 def test_a_block_that_uses_a_skipped_blocks_results_skips_too(tmp_path, monkeypatch):
-    """Names from an earlier Python block of the page, and files an earlier block made, are dependencies."""
+    """The names of the block a block continues, and files an earlier block made, are dependencies."""
     made = Block("x.md", "bash", "python -m modeling_elmo.training.train_tagger --output_dir ner-elmo\n", 1, "")
     defines = Block("x.md", "python", "import gensim\nvectors = gensim.models.KeyedVectors(4)\n", 5, "")
-    uses = Block("x.md", "python", 'tagger = load("ner-elmo")\nprint(vectors, tagger)\n', 9, "")
+    uses = Block(
+        "x.md", "python", '# continues the block above\ntagger = load("ner-elmo")\nprint(vectors, tagger)\n', 9, ""
+    )
     alone = Block("x.md", "python", 'print(open("ner-elmo-other").read())\n', 13, "")
     assert made_by(made) == {"ner-elmo"}
     assert [(str(b), what) for b, what in dependencies(uses, [made, defines])] == [
@@ -689,6 +714,28 @@ def test_a_block_that_uses_a_skipped_blocks_results_skips_too(tmp_path, monkeypa
     monkeypatch.delenv("ELMO_REQUIRE_SHARED", raising=False)
     with pytest.raises(pytest.skip.Exception, match=r"uses `vectors` from x.md:5 .*, which was skipped \(needs gensim"):
         run.run_through(2)
+
+
+def test_every_python_block_stands_alone_or_says_which_block_it_continues():
+    """Issue 51: docs/usage.md's stateful block used ``ElmoModel`` without importing it: pasted alone, it stopped on a
+    NameError (the docs test ran each page's blocks in one namespace and did not see it). A Python block defines
+    every name it uses, or says in a comment that it continues the block above (``CONTINUES``), which defines them;
+    the slow test runs each block so, in a namespace of its own."""
+    blocks = runnable_blocks()
+    unbound = []
+    for index, block in enumerate(blocks):
+        if block.language != "python":
+            continue
+        _, uses = _defines_and_uses(block.code)
+        chain, above = [], continued(block, blocks[:index])
+        while above is not None:
+            chain.append(above)
+            above = continued(above, blocks[: blocks.index(above)])
+        given = set().union(*(_defines_and_uses(before.code)[0] for before in chain))
+        unbound += [f"{block}: {name}" for name in sorted(uses - given)]
+    assert not unbound, "names that a block uses and neither defines nor continues from the block above:\n" + "\n".join(
+        unbound
+    )
 
 
 def test_readme_is_short_and_links_every_page():

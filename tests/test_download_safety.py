@@ -409,7 +409,7 @@ def test_damaged_demo_language_model_folder_is_rebuilt(tmp_path):
     from modeling_elmo.demo_models.language_model import demo_language_model_path, has_demo_language_model
 
     if not has_demo_language_model():
-        pytest.skip("this checkout has no demo language model")
+        pytest.skip("this checkout has no demo language model: python scripts/fit_demo_softmax.py makes it")
     folder = demo_language_model_path(tmp_path)
     original = snapshot(folder)
     written = (folder / "model.safetensors").stat().st_mtime_ns

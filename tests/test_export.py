@@ -78,9 +78,9 @@ def test_torch_export_dynamic_shapes(model, program, shape):
 @pytest.fixture(scope="module")
 def onnx_path(model, tmp_path_factory) -> str:
     """The model exported to ONNX once (about a minute on a busy machine)."""
-    pytest.importorskip("onnx", reason="ONNX export needs the onnx package (pip install onnx onnxscript)")
-    pytest.importorskip("onnxscript", reason="the torch.onnx dynamo exporter needs onnxscript")
-    pytest.importorskip("onnxruntime", reason="running the ONNX file needs onnxruntime")
+    pytest.importorskip("onnx", reason="ONNX export needs the [export] extra")
+    pytest.importorskip("onnxscript", reason="the torch.onnx dynamo exporter needs the [export] extra")
+    pytest.importorskip("onnxruntime", reason="running the ONNX file (onnxruntime) needs the [test] extra")
     return export_onnx(ElmoExportWrapper(model), tmp_path_factory.mktemp("onnx") / "elmo.onnx")
 
 

@@ -530,7 +530,7 @@ def test_half_precision_loading_is_close_to_float32(folders, dtype, tolerance):
 
 
 def test_device_map_cpu(folders):
-    pytest.importorskip("accelerate", reason="device_map needs accelerate")
+    pytest.importorskip("accelerate", reason="device_map (accelerate) needs the [train] extra")
     model = AutoModel.from_pretrained(folders["base"], device_map="cpu")
     assert model.device.type == "cpu"
     assert {p.device.type for p in model.parameters()} == {"cpu"}

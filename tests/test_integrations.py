@@ -136,7 +136,7 @@ def _require_st6():
     """sentence-transformers >= 6.0, whose stock Transformer module takes a ``modality_config``."""
     st = _require("sentence_transformers", "sentence-transformers")
     if int(st.__version__.split(".")[0]) < 6:
-        pytest.skip("elmo_transformer needs sentence-transformers >= 6.0")
+        pytest.skip('elmo_transformer needs sentence-transformers >= 6.0: pip install -U "sentence-transformers>=6"')
     return st
 
 

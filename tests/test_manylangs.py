@@ -174,7 +174,10 @@ def test_float64_reference(converted, name):
 
 
 @pytest.mark.skipif(
-    not os.environ.get("ELMO_MANYLANGS_FULL_DIR"), reason="set ELMO_MANYLANGS_FULL_DIR (see make_fixtures.py)"
+    not os.environ.get("ELMO_MANYLANGS_FULL_DIR"),
+    reason="the full-size ELMoForManyLangs check runs on request: make its folder with `python "
+    "tests/fixtures/manylangs/make_fixtures.py --full-size DIR` (needs elmoformanylangs), then set "
+    "ELMO_MANYLANGS_FULL_DIR=DIR",
 )
 def test_the_releases_size(tmp_path):
     """A folder of the releases' architecture (the package's default config, built in here), written by the package:

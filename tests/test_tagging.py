@@ -200,7 +200,7 @@ def test_save_reload_same_predictions_and_label_names(trained, tmp_path):
 def test_crf_predictions_respect_bio_constraints(trained):
     model = trained["model"]
     if model.crf is None:
-        pytest.skip("softmax variant")
+        pytest.skip("the softmax tagger has no CRF, so no BIO constraints: this checks the CRF tagger only")
     # Emissions that prefer an I- tag everywhere: Viterbi must still open every entity with B-.
     logits = torch.zeros(2, 4, len(LABELS))
     logits[..., LABELS.index("I-PER")] = 5.0
