@@ -204,3 +204,21 @@ def test_onnx_graph_gives_nan_and_the_checked_session_refuses(model, onnx_path):
         checked(ids.int(), mask)
     with pytest.raises(TypeError, match="numpy array or a torch.Tensor"):
         checked(ids.tolist(), mask)
+
+
+def test_the_programs_size_bound_is_named_and_documented(model, program):
+    """Issue 49: a ``torch.export`` program takes at most 4,096 sentences of 4,096 words (its ``Dim`` ranges) and
+    said so nowhere; ``check_export_inputs`` names the bound, the docs state it, and an ONNX file has none."""
+    from pathlib import Path
+
+    from modeling_elmo.inference import export
+
+    ids, mask = example_inputs(model.config, 1, export.MAX_WORDS + 1)
+    with pytest.raises(ValueError, match=r"takes at most 4096 sentences of 4096 words"):
+        check_export_inputs(ids, mask, model.config)
+    check_export_inputs(ids, mask, model.config, program=False)  # the ONNX file's session checks no size
+    with pytest.raises(Exception, match=r"<= 4096"):  # the program's own guard, which that message stands for
+        program.module()(ids, mask)
+    page = (Path(__file__).resolve().parents[1] / "docs" / "export-checks.md").read_text(encoding="utf-8")
+    for text in (export.__doc__, export.export_program.__doc__, page):
+        assert "4,096" in text

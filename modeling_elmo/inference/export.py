@@ -29,6 +29,11 @@ ONNX file through [`ElmoOnnxSession`] (an ``onnxruntime`` session that checks ea
 - ``attention_mask``: ``(B, W)`` int64 of 0 and 1 only, right-padded: each sentence's words first, then 0s.
   The graph takes ``sum(mask)`` of a row as its length and also zeroes the words where the mask is 0, so a
   left-padded or gapped mask gives meaningless outputs, and other values (2, -1) count as 1.
+- Sizes: a ``torch.export`` program ([`export_program`]) takes ``B`` and ``W`` from 1 to 4,096 (``MAX_SENTENCES``,
+  ``MAX_WORDS``: its ``torch.export.Dim`` ranges); a larger batch fails in the program's guards (``Guard failed:
+  input_ids.size()[1] <= 4096``), so split a longer text into windows or a larger batch into several.
+  [`check_export_inputs`] refuses them with a message that says so. An ONNX file has no such bound (5,000 words
+  measured to match the eager wrapper); [`ElmoOnnxSession`] does not check it.
 
     session = ElmoOnnxSession("elmo.onnx")            # onnxruntime, CPU by default
     elmo, layers = session(input_ids, attention_mask)  # numpy; ValueError/TypeError outside the contract
@@ -47,6 +52,9 @@ from ..graph_path_elmo import graph_layers, in_graph
 
 INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAMES = ("elmo", "layers")
+# The range of the dynamic dimensions of an exported program (torch.export.Dim): batches of 1 to 4,096 sentences of
+# 1 to 4,096 words. The program's guards refuse anything larger; an ONNX file does not keep the bound.
+MAX_SENTENCES = MAX_WORDS = 4096
 
 
 def _valid_rows(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -84,7 +92,7 @@ class ElmoExportWrapper(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # Eager calls refuse what the model refuses; a graph cannot hold the checks (see check_export_inputs).
         if not in_graph():
-            check_export_inputs(input_ids, attention_mask, self.config)
+            check_export_inputs(input_ids, attention_mask, self.config, program=False)  # eager: any size
         mask = attention_mask.to(torch.bool)
         # clamped: an id outside [0, 262) at a word is no index error, but a NaN row (see below)
         ids = (input_ids * mask.unsqueeze(-1).to(input_ids.dtype)).clamp(0, NUM_CHARACTERS - 1)
@@ -101,7 +109,7 @@ class ElmoExportWrapper(nn.Module):
         return elmo, torch.where(valid.view(1, -1, 1, 1), torch.stack(layers), nan)
 
 
-def check_export_inputs(input_ids, attention_mask, config) -> None:
+def check_export_inputs(input_ids, attention_mask, config, program: bool = True) -> None:
     """Refuse inputs outside the contract of an exported ELMo graph (see the module docstring), as the eager model
     refuses them: call it on each batch before running a ``torch.export`` program or an ONNX session.
 
@@ -109,10 +117,13 @@ def check_export_inputs(input_ids, attention_mask, config) -> None:
         input_ids: ``(B, W, C)`` int64 character ids, a numpy array or a tensor.
         attention_mask: ``(B, W)`` int64 0/1 mask, right-padded; a numpy array or a tensor.
         config: the exported model's [`ElmoConfig`], or its ``max_characters_per_token`` (an int).
+        program: check the sizes that a ``torch.export`` program takes too (``B``, ``W`` up to 4,096); False for
+            an ONNX file, which has no such bound.
 
     Raises:
         TypeError: an input is neither a numpy array nor a tensor.
-        ValueError: naming ``input_ids`` or ``attention_mask`` and what is wrong (dtype, shape, values, padding).
+        ValueError: naming ``input_ids`` or ``attention_mask`` and what is wrong (dtype, shape, values, padding,
+            a size beyond the program's).
     """
     import numpy as np
 
@@ -129,6 +140,13 @@ def check_export_inputs(input_ids, attention_mask, config) -> None:
         if value.dim() < 2 or 0 in value.shape[:2]:
             raise ValueError(f"{name} must have at least one sentence and one word, got shape {tuple(value.shape)}")
         tensors.append(value)
+    sentences, words = tensors[0].shape[:2]
+    if program and (sentences > MAX_SENTENCES or words > MAX_WORDS):
+        raise ValueError(
+            f"input_ids of shape {tuple(tensors[0].shape)}: a torch.export program of export_program takes at most "
+            f"{MAX_SENTENCES} sentences of {MAX_WORDS} words (its torch.export.Dim ranges); split the batch or the "
+            "text (an ONNX file has no such bound)"
+        )
     chars = config if isinstance(config, int) else config.max_characters_per_token
     check_inputs(tensors[0], tensors[1], chars)
 
@@ -157,7 +175,7 @@ class ElmoOnnxSession:
         self.max_characters_per_token = shape[-1]
 
     def __call__(self, input_ids, attention_mask):
-        check_export_inputs(input_ids, attention_mask, self.max_characters_per_token)
+        check_export_inputs(input_ids, attention_mask, self.max_characters_per_token, program=False)
         feed = {
             name: value.numpy(force=True) if isinstance(value, torch.Tensor) else value
             for name, value in zip(INPUT_NAMES, (input_ids, attention_mask), strict=True)
@@ -184,13 +202,14 @@ def example_inputs(config, batch: int = 2, words: int = 5, seed: int = 0) -> tup
 
 
 def _dynamic_shapes():
-    batch = torch.export.Dim("batch", min=1, max=4096)
-    words = torch.export.Dim("words", min=1, max=4096)
+    batch = torch.export.Dim("batch", min=1, max=MAX_SENTENCES)
+    words = torch.export.Dim("words", min=1, max=MAX_WORDS)
     return {"input_ids": {0: batch, 1: words}, "attention_mask": {0: batch, 1: words}}
 
 
 def export_program(wrapper: ElmoExportWrapper, example: tuple[torch.Tensor, torch.Tensor] | None = None):
-    """``torch.export.export`` of the wrapper with dynamic batch size and number of words.
+    """``torch.export.export`` of the wrapper with dynamic batch size and number of words, each from 1 to 4,096
+    (``MAX_SENTENCES``, ``MAX_WORDS``; the program's guards refuse more: see the module docstring).
 
     Use an example with at least 2 sentences and 2 words (size-1 dimensions are specialised by ``torch.export``).
     """
