@@ -22,7 +22,8 @@ The layout's rule: the top of this folder holds exactly what a saved folder's co
 ``hub.remote_code.shipped_files`` copies into a remote-code folder), besides ``__init__.py`` and ``__main__.py``
 (``python -m modeling_elmo SCRIPT``). Everything else is a tool and lives in a sub-package named for what it does:
 ``commands``, ``training``, ``inference``, ``hub``, ``compat``, ``integrations``, ``demo_models``, ``plots``,
-``reference`` (the step-by-step biLM the tests compare against). ``tests/test_packaging.py`` checks it.
+``pipelines`` (the ``"elmo-question-answering"`` pipeline, which no saved folder carries), ``reference`` (the
+step-by-step biLM the tests compare against). ``tests/test_packaging.py`` checks it.
 """
 
 from transformers import (
