@@ -133,6 +133,17 @@ def test_the_top_of_the_package_holds_exactly_what_a_saved_folder_may_need():
     assert top == shipped, {"at the top but shipped by no folder (move it to a sub-package)": sorted(top - shipped)}
 
 
+def test_the_changelog_starts_with_this_version():
+    """Issue 51: pyproject said 0.1.0 while the package's docstrings spoke of 0.2; CHANGELOG.md's latest release is
+    the version that pyproject.toml gives."""
+    import re
+
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11")
+    version = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    releases = re.findall(r"^## (\S+)", (REPO / "CHANGELOG.md").read_text(encoding="utf-8"), re.M)
+    assert releases and releases[0] == version, (releases[:1], version)
+
+
 def test_the_test_extra_installs_every_extra_and_dev_adds_only_ruff():
     """Issue 36: the README's test command installs ``.[train,test]``; the suite exercises every extra with its real
     library (gradio, gensim, sentence-transformers, spaCy, ONNX...), so ``test`` must pull in all of them."""
