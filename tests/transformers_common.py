@@ -225,7 +225,10 @@ def load_or_skip(*modules: str) -> list[types.ModuleType]:
         return [importlib.import_module(f"{PACKAGE}.{name}") for name in modules]
     except (TransformersTestsUnavailable, ImportError) as error:
         cause = str(error) if isinstance(error, TransformersTestsUnavailable) else f"{error} (pip install -e '.[test]')"
-        reason = f"transformers' common tests (transformers=={transformers.__version__}) are not available: {cause}"
+        reason = (
+            f"transformers' common tests (transformers=={transformers.__version__}) are not available: {cause}; "
+            f"with network, `python tests/transformers_common.py` fetches them into {cache_dir()}"
+        )
         if os.environ.get("ELMO_REQUIRE_SHARED") == "1":
             pytest.fail(reason + "; ELMO_REQUIRE_SHARED=1 forbids skipping them", pytrace=False)
         pytest.skip(reason, allow_module_level=True)
