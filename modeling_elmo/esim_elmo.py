@@ -1,5 +1,6 @@
-"""The pair head of [`ElmoForSequenceClassification`]: ESIM's local inference and composition (Chen et al., ACL 2017,
-"Enhanced LSTM for Natural Language Inference"), the task model the ELMo paper used for SNLI.
+"""The pair head of [`ElmoForSequenceClassification`] (``config.classifier_head="pair"``): ESIM's local inference and
+composition (Chen et al., ACL 2017, "Enhanced LSTM for Natural Language Inference"), the task model the ELMo paper
+used for SNLI.
 
 Per pair (premise ``a``, hypothesis ``b``), after each text's words went through the biLM on its own, the scalar mix
 and the classifier's input-encoding BiLSTM (``\\bar a_i``, ``\\bar b_j``, both ``2H`` wide)::

@@ -292,8 +292,9 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
             message = (
                 "token_type_ids mark a second text, but this classifier holds the sentence head "
                 "(classifier_head='sentence'), which reads one text per row: for pairs of texts load ESIM's pair "
-                "head, from_pretrained(..., classifier_head='pair') (a new head: fine-tune it on pairs), or give "
-                "single sentences"
+                "head, from_pretrained(..., classifier_head='pair') (a new head: fine-tune it on pairs; for "
+                "transformers' example scripts, --config_name FOLDER of a config with classifier_head='pair', see "
+                "docs/training.md), or give single sentences"
             )
             if in_graph():  # checked when the graph runs (RuntimeError), without reading values into Python
                 torch._assert_async(second.logical_not().all(), message)

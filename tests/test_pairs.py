@@ -418,3 +418,33 @@ def test_pair_regression_fits_scores():
     torch.testing.assert_close(out.loss, torch.nn.functional.mse_loss(out.logits.squeeze(-1), scores))
     assert out.logits.shape == (64, 1)
     assert float(out.loss) < 0.05 < float(first), (float(first), float(out.loss))
+
+
+def test_run_glue_calls_train_the_pair_head_from_a_config_folder(tmp_path):
+    """run_glue.py's calls on a pair task, the pair head chosen as docs/training.md says: ``--config_name`` names a
+    folder with the biLM's config and ``classifier_head="pair"``. ``AutoConfig`` from it with ``num_labels``, the model
+    from the biLM folder with that config, ``tokenizer(sentence1, sentence2, truncation=True)``, ``Trainer`` with the
+    tokenizer (``DataCollatorWithPadding``). Without the config folder the sentence head refuses the pairs by name."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    bilm = demo_model_path()
+    ElmoConfig.from_pretrained(bilm, classifier_head="pair").save_pretrained(tmp_path / "pair-config")
+    pairs, labels = entity_pairs(8, seed=4)
+    tokenizer = AutoTokenizer.from_pretrained(bilm)
+    encoded = tokenizer([a for a, _ in pairs], [b for _, b in pairs], max_length=128, truncation=True)
+    features = [{k: v[i] for k, v in encoded.items()} | {"label": labels[i]} for i in range(len(pairs))]
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "run"), max_steps=2, per_device_train_batch_size=4, use_cpu=True, report_to=[]
+    )
+    for config_name, refused in ((bilm, True), (tmp_path / "pair-config", False)):
+        config = AutoConfig.from_pretrained(config_name, num_labels=2, finetuning_task=None)
+        model = AutoModelForSequenceClassification.from_pretrained(bilm, config=config)
+        trainer = Trainer(model=model, args=args, train_dataset=features, processing_class=tokenizer)
+        if refused:
+            with pytest.raises(ValueError, match="--config_name FOLDER of a config with classifier_head='pair'"):
+                trainer.train()
+            continue
+        assert model.head == "pair"
+        before = model.pair_head.output.weight.detach().clone()
+        trainer.train()
+        assert not torch.equal(before, model.pair_head.output.weight)
