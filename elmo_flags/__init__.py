@@ -37,6 +37,28 @@ def new_parser(prog: str, add_arguments: Callable[[argparse.ArgumentParser], Non
     return parser
 
 
+def positive_int(text: str) -> int:
+    """argparse's ``type`` for a count that must be at least 1 (a batch size): a usage error at parsing, exit 2."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def port_number(text: str) -> int:
+    """argparse's ``type`` for a TCP port, 1 to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, got {text!r}") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 1 to 65535, got {value}")
+    return value
+
+
 def add_precision_argument(parser) -> None:
     """``--precision``, for the commands that embed text."""
     parser.add_argument(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from . import port_number
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -12,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--model", help="model folder, Hub id or released name (default: the bundled demo model)")
     parser.add_argument("--tagger", metavar="FOLDER", help="a tagger folder made by `elmo train-tagger`")
-    parser.add_argument("--port", type=int, default=7860, help="port to serve on (default: %(default)s)")
+    parser.add_argument("--port", type=port_number, default=7860, help="port to serve on (default: %(default)s)")
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to serve on (default: %(default)s, this machine only)"
     )

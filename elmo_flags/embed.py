@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import add_precision_argument
+from . import add_precision_argument, positive_int
 
 # `--output_type`: AllenNLP's three (same meanings as `allennlp elmo --all/--top/--average`), then this package's
 # two. Kept equal to modeling_elmo.inference.embed_corpus.OUTPUTS (not imported: it imports torch).
@@ -121,8 +121,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = EPILOG
     # The old dashed spellings (and AllenNLP's): hidden, each with a note.
     _hidden_alias(parser, "--output-type", "--output_type", choices=OUTPUT_TYPES + tuple(DEPRECATED_OUTPUT_TYPES))
-    _hidden_alias(parser, "--batch-size", "--batch_size", type=int)
-    _hidden_alias(parser, "--max-batch-words", "--max_batch_words", type=int)
+    _hidden_alias(parser, "--batch-size", "--batch_size", type=positive_int)
+    _hidden_alias(parser, "--max-batch-words", "--max_batch_words", type=positive_int)
     _hidden_alias(parser, "--no-progress", "--disable_tqdm", const=True)
     _hidden_alias(parser, "--forget-sentences", "--forget_sentences", const=True, why="AllenNLP's spelling")
     _hidden_alias(
@@ -178,9 +178,14 @@ def add_model_arguments(group) -> None:
 
 
 def add_batching_arguments(group) -> None:
-    group.add_argument("--batch_size", type=int, default=64, help="most sentences per batch (default: %(default)s)")
     group.add_argument(
-        "--max_batch_words", type=int, default=4096, help="most padded word slots per batch (default: %(default)s)"
+        "--batch_size", type=positive_int, default=64, help="most sentences per batch (default: %(default)s)"
+    )
+    group.add_argument(
+        "--max_batch_words",
+        type=positive_int,
+        default=4096,
+        help="most padded word slots per batch (default: %(default)s)",
     )
     # A switch (the training commands' --disable_tqdm also takes a value; here that would swallow the input file).
     group.add_argument("--disable_tqdm", action="store_true", help="no progress bar (as in the training commands)")
@@ -198,10 +203,12 @@ DIR/SPLIT-00000-of-0000N.parquet, --shard_size rows each: the input's columns pl
 float32, or --vector_dtype float16; output_type all is stored words first, (words, L + 1, 2P)). DIR/elmo_embed.json
 records the model (config, weights and tokenizer digests), the output type and the shard plan; a run into a
 folder that differs is refused, and so is a folder of other files (nothing the command did not write is ever
-replaced) or one inside the input. DIR/README.md (written when all shards are there) holds the dataset_info:
-datasets.load_dataset("parquet", data_dir=DIR) or load_dataset(DIR) reads the folder. A shard is written as
-.NAME.tmp and renamed to the hidden .NAME when complete, then to NAME once all are (an unfinished folder reads as
-no data, not as some): the same command again skips the complete shards and redoes the others.
+replaced) or one inside the input. DIR/README.md, the dataset card, names every shard file and, once all are
+there, holds the dataset_info (the number of rows): datasets.load_dataset(DIR) reads the folder and checks both (an
+unfinished folder, or one that lost a shard, is an error, not fewer rows; load_dataset("parquet", data_dir=DIR)
+reads whatever shards are there). A shard is written as .NAME.tmp and renamed to the hidden .NAME when complete,
+then to NAME once all are and the card is complete: the same command again skips the complete shards and redoes
+the others, and keeps the card as it is (edit it freely).
 Several processes or machines: torchrun --nproc_per_node N -m elmo_cli embed --dataset_name ... --output_dir DIR
 (or accelerate launch): process RANK writes the shards i with i % WORLD_SIZE == RANK; nothing is merged."""
 
@@ -225,7 +232,7 @@ def add_dataset_arguments(group) -> None:
     columns.add_argument("--text_column", help="the column of raw strings (default: text, if there is one)")
     columns.add_argument("--tokens_column", help="or the column of lists of words, embedded as they are")
     group.add_argument("--output_dir", metavar="DIR", help="the folder of Parquet shards to write (or to finish)")
-    group.add_argument("--shard_size", type=int, default=4096, help="rows per shard (default: %(default)s)")
+    group.add_argument("--shard_size", type=positive_int, default=4096, help="rows per shard (default: %(default)s)")
     group.add_argument("--column", default="elmo", help="the name of the vectors' column (default: %(default)s)")
     group.add_argument(
         "--vector_dtype",
@@ -236,7 +243,7 @@ def add_dataset_arguments(group) -> None:
     group.add_argument("--words_column", help="with --text_column: also store each row's words under this name")
     group.add_argument(
         "--chunk_size",
-        type=int,
+        type=positive_int,
         default=4096,
         help="rows sorted by length and cached together, from each shard's start (default: %(default)s)",
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from . import positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -24,6 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model", help="model folder, Hub id, released model's name, or demo (default: the bundled demo model)"
     )
     parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:1, mps")
-    parser.add_argument("--batch_size", type=int, default=1024, help="words per batch (default: %(default)s)")
+    parser.add_argument("--batch_size", type=positive_int, default=1024, help="words per batch (default: %(default)s)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     parser.add_argument("--disable_tqdm", action="store_true", help="no progress bar")

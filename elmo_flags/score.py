@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from . import positive_int
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.description = (
@@ -36,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="carry the LSTM states from batch to batch, row by row (as AllenNLP's biLM); default stateless",
     )
-    parser.add_argument("--batch_size", type=int, default=32, help="sentences per batch (default: %(default)s)")
+    parser.add_argument(
+        "--batch_size", type=positive_int, default=32, help="sentences per batch (default: %(default)s)"
+    )
     parser.add_argument(
         "--softmax_dtype",
         choices=["float32", "bfloat16", "float16"],

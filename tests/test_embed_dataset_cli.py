@@ -189,7 +189,8 @@ def test_full_disk_stops_with_one_error_line_and_keeps_the_complete_shards(tiny_
         "error: could not write shard 1 (train-00001-of-00002.parquet): File too large (errno 27); its temporary "
         "file was removed and the complete shards were kept: free some space and run the same command again to go on"
     ], failed.stderr[-3000:]
-    assert sorted(os.listdir(out)) == [".train-00000-of-00002.parquet", METADATA_NAME]  # complete, hidden until all are
+    # complete, hidden until all are; the card of a folder in progress
+    assert sorted(os.listdir(out)) == [".train-00000-of-00002.parquet", "README.md", METADATA_NAME]
     before = os.stat(out / ".train-00000-of-00002.parquet")
     done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -279,7 +280,7 @@ def test_a_folder_of_another_output_type_or_model_is_refused(tiny_dir, tmp_path,
         (["--train_file", "x.txt", "--data_files", "y.txt", "--output_dir", "o"], "got --train_file and --data_files"),
         (["in.txt", "--train_file", "x.txt", "--output_dir", "o"], "give the input as --train_file in.txt"),
         (["--train_file", "x.txt", "--output_dir", "o", "-o", "f.hdf5"], "-o/--output: for the HDF5 file only"),
-        (["--train_file", "x.txt", "--output_dir", "o", "--shard_size", "0"], "--shard_size must be positive"),
+        (["--train_file", "x.txt", "--output_dir", "o", "--shard_size", "0"], "argument --shard_size: must be at least 1"),
     ],
 )
 def test_flags_that_do_not_go_together_are_usage_errors(flags, message, capsys):

@@ -146,8 +146,8 @@ def test_embed_usage_errors(tiny_dir, ptb_file, tmp_path, capsys):
     assert cli.main(["embed", str(ptb_file), str(out), "-o", str(tmp_path / "b.hdf5"), "--model", str(tiny_dir)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: two outputs") and err.count("\n") == 1
-    assert cli.main(["embed", str(ptb_file), str(out), "--batch_size", "0", "--model", str(tiny_dir)]) == 1
-    assert "--batch_size and --max_batch_words must be positive" in capsys.readouterr().err
+    assert cli.main(["embed", str(ptb_file), str(out), "--batch_size", "0", "--model", str(tiny_dir)]) == 2
+    assert "argument --batch_size: must be at least 1" in capsys.readouterr().err  # at parsing (issue 49)
     assert not out.exists()
 
 

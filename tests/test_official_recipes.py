@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -328,3 +329,47 @@ def test_python_m_modeling_elmo_under_torchrun_and_accelerate(probe, tmp_path):
     assert _probe_lines(launched.stdout) == [  # one process: accelerate runs it without the distributed variables
         "PROBE __main__ ElmoConfig ElmoForTokenClassification 3 rank=- ranks=- args=['--flag']"
     ]
+
+
+# python -m modeling_elmo as `python SCRIPT` (issue 49): a script reached through a link finds its neighbours and
+# gets an absolute __file__; a folder or zip app with __main__.py runs; with -P, a filelock.py in the current folder
+# does not shadow the library during the package's own imports.
+APP = "import sys, os\nfrom probe_neighbour import NUM_LABELS\nprint('APP', NUM_LABELS, os.path.isabs(__file__))\n"
+
+
+@pytest.mark.parametrize("how", ["linked script", "folder app", "zip app", "-P with a filelock.py here"])
+def test_python_m_modeling_elmo_runs_what_python_runs(how, tmp_path):
+    scripts = tmp_path / "scripts"
+    scripts.mkdir()
+    (scripts / "probe_neighbour.py").write_text("NUM_LABELS = 3\n")
+    (scripts / "app.py").write_text(APP)
+    here = tmp_path / "here"
+    here.mkdir()
+    flags, target = [], None
+    if how == "linked script":
+        (here / "links").mkdir()
+        os.symlink(scripts / "app.py", here / "links" / "app.py")
+        target = "links/app.py"
+    elif how == "folder app":
+        (scripts / "__main__.py").write_text(APP)
+        target = str(scripts)
+    elif how == "zip app":
+        with zipfile.ZipFile(here / "app.pyz", "w") as archive:
+            archive.writestr("__main__.py", APP)
+            archive.writestr("probe_neighbour.py", "NUM_LABELS = 3\n")
+        target = "app.pyz"
+    else:
+        (here / "filelock.py").write_text("raise ImportError('the current folder shadowed filelock')\n")
+        flags, target = ["-P"], str(scripts / "app.py")
+    run = subprocess.run(
+        [sys.executable, *flags, "-m", "modeling_elmo", target],
+        cwd=here,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "APP 3" in run.stdout, run.stdout
+    if how == "linked script":
+        assert "APP 3 True" in run.stdout  # __file__ absolute, as `python links/app.py` gives it

@@ -281,16 +281,21 @@ def test_m5_an_output_folder_the_input_would_read_is_refused(tiny_dir, tmp_path,
 
 def test_m6_an_unfinished_folder_reads_as_no_rows_not_some(model, tmp_path):
     """Process 0 of 2 done, process 1 not yet (as a killed run leaves it): `load_dataset("parquet", data_dir=DIR)`
-    finds no data, instead of half the rows (before: 4 of 7, no warning). Complete, it reads all 7."""
+    finds no data, instead of half the rows (before: 4 of 7, no warning), and `load_dataset(DIR)` fails on the card
+    of a folder in progress (issue 49: before, it read elmo_embed.json as a dataset of 1 row). Complete, both read
+    all 7."""
     dataset = datasets.Dataset.from_dict({"text": LINES})
     folder = tmp_path / "out"
     write(model, dataset, folder, rank=0, world=2)
-    assert not list(folder.glob("train-*.parquet")) and not (folder / "README.md").exists()
+    assert not list(folder.glob("train-*.parquet"))
     with pytest.raises(Exception):  # noqa: B017, PT011  (what `datasets` raises for a folder without data files)
         datasets.load_dataset("parquet", data_dir=str(folder), cache_dir=str(tmp_path / "c1"))["train"]
+    with pytest.raises(FileNotFoundError, match="train-00000-of-00003.parquet"):
+        datasets.load_dataset(str(folder), cache_dir=str(tmp_path / "c1"))
     assert write(model, dataset, folder, rank=1, world=2).complete
     rows = datasets.load_dataset("parquet", data_dir=str(folder), cache_dir=str(tmp_path / "c2"))["train"]
     assert rows["text"] == LINES and not [n for n in os.listdir(folder) if n.startswith(".")]
+    assert datasets.load_dataset(str(folder), cache_dir=str(tmp_path / "c3"))["train"]["text"] == LINES
 
 
 # --------------------------------------------------------------------------------------------------

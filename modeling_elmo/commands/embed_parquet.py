@@ -327,7 +327,7 @@ def run(args: argparse.Namespace) -> int:
     if result.complete:
         print(
             f"{prefix}{args.output_dir} is complete: {len(dataset)} rows; read it with "
-            f'datasets.load_dataset("parquet", data_dir="{args.output_dir}")',
+            f'datasets.load_dataset("{args.output_dir}") (it checks the files and rows against the card)',
             file=sys.stderr,
         )
     elif world > 1:

@@ -10,7 +10,9 @@ Every command that writes a file (``elmo embed``, ``elmo score -o``, ``elmo expo
 2. A lock, ``.NAME.COMMAND.lock`` beside the output (``flock``: the system releases it when the process dies, even
    by SIGKILL): a second run of the same command to the same output stops at once.
 3. The files that killed runs left for this output are deleted ([`remove_stale_partials`]).
-4. The command writes under a hidden temporary name, ``.NAME.COMMAND-partial-PID.tmp``, in the output's folder.
+4. The command writes under a hidden temporary name, ``.NAME.COMMAND-partial-PID.tmp``, in the output's folder,
+   created as a new file (``O_EXCL``: never through a symbolic link planted at that name; one there is refused,
+   [`check_temp_free`]).
 5. [`publish`] gives the complete file the output's name: without ``--overwrite`` with ``os.link``, which fails
    if a file appeared at the output meanwhile (``os.replace`` would silently replace it).
 
@@ -34,6 +36,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 
 from ..inference.hdf5_file import remove_file, temp_name
+from ..inference.new_files import what_is
 from .common import CliError, signals_unwind
 
 
@@ -95,6 +98,8 @@ def check_output(output: str, overwrite: bool, inputs: Iterable[str] = (), flag:
     in the messages."""
     if os.path.isdir(output):
         raise CliError(f"{flag} {output} is a folder; give a file name")
+    if output.endswith(tuple(filter(None, (os.sep, os.altsep)))):  # the system would say "Not a directory"
+        raise CliError(f"{flag} {output} ends with {output[-1]!r}, as a folder's name does; give a file name")
     if os.path.islink(output) and not os.path.exists(output):
         raise CliError(
             f"{flag} {output} is a symbolic link to {os.readlink(output)}, which does not exist; give a file name"
@@ -227,6 +232,17 @@ def remove_stale_partials(output: str, command: str, locked: bool = True, suffix
     return removed
 
 
+def check_temp_free(temp: str, output: str) -> None:
+    """[`CliError`] if something has the temporary name ``temp`` after [`remove_stale_partials`]: a symbolic link
+    (planted, maybe, at a guessable name, to a file outside the folder), a folder, or a file that is not one a dead
+    run of the command left. The writers create ``temp`` as a new file (``O_EXCL``), never through a link."""
+    if os.path.lexists(temp):
+        raise CliError(
+            f"{temp}, the temporary name this command writes {output} under, is taken ({what_is(temp)}): it is no "
+            "file of the command's; move it away, or choose another output"
+        )
+
+
 def write_into(temp: str, output: str) -> None:
     """Copy the complete file ``temp`` into the device or pipe ``output`` (see [`writes_through`])."""
     try:
@@ -316,6 +332,7 @@ def writing(
         lock = start_output(output, command, overwrite, inputs, suffix, flag)
         try:
             temp = partial_name(output, command, suffix=suffix)
+            check_temp_free(temp, output)
             try:
                 yield temp
                 publish(temp, output, overwrite)

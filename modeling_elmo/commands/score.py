@@ -26,6 +26,7 @@ from typing import TextIO
 
 from elmo_flags.score import add_arguments
 
+from ..inference.new_files import create_new
 from .common import CliError, UsageError, check_text_line, quiet_loading, resolve_device, run_command, scan_text_file
 from .output_files import check_output, model_files, writing
 
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         if args.output is not None:  # closed before it is published: the stack unwinds in reverse
             inputs = [args.input, *model_files(args.model)]
             temp = stack.enter_context(writing(args.output, COMMAND, args.overwrite, inputs=inputs))
-            out = stack.enter_context(open(temp, "w", encoding="utf-8"))
+            out = stack.enter_context(create_new(temp, binary=False))  # never through a link of that name
         scorer = _load(args, device)
         if args.input == "-":
             stream = _utf8_stdin(stack)

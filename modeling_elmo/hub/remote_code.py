@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -106,13 +107,23 @@ def save_with_remote_code(model, tokenizer, folder: str | os.PathLike) -> None:
     """Save ``model`` and ``tokenizer`` into ``folder`` with the code of every class in ``AUTO_MAP`` and of the
     token-classification pipeline: it loads without this package (``trust_remote_code=True``) through any of those
     Auto classes, and the stock ``"token-classification"`` task runs ELMo's pipeline class on it. The config then
-    holds the ``auto_map`` and ``custom_pipelines`` written there."""
+    holds the ``auto_map`` and ``custom_pipelines`` written there.
+
+    Everything is written into a new hidden folder inside ``folder``, then moved to its name with ``os.replace``: a
+    symbolic link in ``folder`` under a name of the save (a module's, ``config.json``...) is replaced by the file,
+    and its target, maybe outside the folder, is never written."""
     os.makedirs(folder, exist_ok=True)
-    for path in shipped_files():  # first: the model's save keeps the auto_map entries whose code the folder holds
-        shutil.copyfile(path, Path(folder) / path.name)
-    with remote_code(model, tokenizer):
-        model.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+    staging = tempfile.mkdtemp(prefix=".elmo-save-", dir=folder)
+    try:
+        for path in shipped_files():  # first: the model's save keeps the auto_map entries whose code the folder holds
+            shutil.copyfile(path, Path(staging) / path.name)
+        with remote_code(model, tokenizer):
+            model.save_pretrained(staging)
+            tokenizer.save_pretrained(staging)
+        for name in sorted(os.listdir(staging)):
+            os.replace(os.path.join(staging, name), os.path.join(folder, name))  # a link there goes, not its target
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     # As transformers' own save with code leaves it: the config names the code of the folder it was saved to (its
     # card says how to load it; a later plain save leaves these out, see auto_map_elmo.code_for_save).
     saved = json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))

@@ -3,7 +3,7 @@
     from modeling_elmo.inference.parquet_shards import write_shards
 
     run = write_shards(model, tokenizer, dataset, "wiki-elmo", text_column="text", output_type="elmo")
-    # then: datasets.load_dataset("parquet", data_dir="wiki-elmo")["train"]
+    # then: datasets.load_dataset("wiki-elmo")["train"]
 
 The folder, for a split ``train`` of 10,000 rows in shards of 4,096:
 
@@ -17,17 +17,23 @@ The folder, for a split ``train`` of 10,000 rows in shards of 4,096:
   config, weights and tokenizer digests), the output type, the vectors' dtype, the column names, the features and
   the shard plan (rows, shard size, number of shards). A run into a folder whose file differs in any of these is
   refused ([`ShardFolderError`], naming each difference), so that one folder never mixes two models or outputs.
-- ``README.md``: a dataset card whose YAML holds ``dataset_info`` (features, number of rows) and ``configs`` (the
-  files of the split), written once every shard is there: ``load_dataset(FOLDER)`` reads it.
+- ``README.md``: a dataset card whose YAML names every shard file (``configs``) and, once the folder is complete,
+  holds ``dataset_info`` (features, number of rows): ``load_dataset(FOLDER)`` reads it, and checks both.
 
 The folder is new or empty at the first run (a folder of the user's files is refused, so that no file the run did
-not write is ever replaced), or an earlier run's (its ``elmo_embed.json``). A shard is written under the hidden
-name ``.NAME.tmp`` and, when complete, renamed to the hidden name ``.NAME`` (``os.replace``): `datasets` skips
-hidden files, so ``load_dataset("parquet", data_dir=FOLDER)`` finds no rows in a folder whose run is not done,
-instead of some of them. Once every shard is complete, they get their names ``NAME`` and the card is written. A
-rerun skips the complete shards (after checking that their rows, input and run are the same; a damaged one is
-named in an error) and writes the others. A failed write (a full disk) removes the shard's temporary file and
-leaves the complete shards as they are.
+not write is ever replaced), or an earlier run's (its ``elmo_embed.json``). Once ``elmo_embed.json`` is there, the
+card of a folder in progress is written: it names every shard, so ``load_dataset(FOLDER)`` fails on the folder until
+it is complete. A shard is written under the hidden name ``.NAME.tmp`` and, when complete, renamed to the hidden
+name ``.NAME`` (``os.replace``): `datasets` skips hidden files, so ``load_dataset("parquet", data_dir=FOLDER)``
+finds no rows either. Once every shard is complete, the complete card is written, then the shards get their names
+``NAME`` one by one: a folder caught between (a killed run, a reader during the renames) lacks a shard its card
+names, and ``load_dataset(FOLDER)`` fails instead of reading fewer rows (``data_dir=`` reads whatever files are
+there: the card's checks are ``load_dataset(FOLDER)``'s). A rerun skips the complete shards (after checking that
+their rows, input and run are the same; a damaged one is named in an error) and writes the others; it keeps a
+complete card (edited by the user, maybe) as it is. A failed write (a full disk) removes the shard's temporary file
+and leaves the complete shards as they are. The small files (``elmo_embed.json``, the card) are written under new,
+unguessable temporary names (``new_files.create_temp``), and a symbolic link under a name of the run's is refused:
+nothing is written through a link planted in the folder.
 
 Several processes (``torchrun``, ``accelerate launch``, on one machine or many): process ``RANK`` of
 ``WORLD_SIZE`` takes the shards ``i`` with ``i % WORLD_SIZE == RANK``; no process waits for or talks to another,
@@ -54,6 +60,7 @@ from transformers.utils import logging
 
 from .embed_dataset import BatchEmbedder, DatasetInputError, check_input, check_positive, model_identity
 from .hdf5_file import EmbeddingFileError, remove_file
+from .new_files import create_temp, is_plain_file, what_is
 
 logger = logging.get_logger(__name__)
 
@@ -61,6 +68,8 @@ METADATA_NAME = "elmo_embed.json"
 CARD_NAME = "README.md"
 # What the card says of itself: a README.md without it is the user's, never replaced.
 CARD_MARK = "written by `elmo embed` (modeling_elmo)"
+# What the card of a folder in progress says (the complete card replaces it).
+CARD_IN_PROGRESS = "This folder is not complete yet"
 FORMAT = "modeling_elmo parquet shards"
 FORMAT_VERSION = 2  # 2: complete shards stay hidden until the folder is complete, and carry the run's digest
 # The shard's own entry in its Parquet schema's key-value metadata (beside `datasets`' "huggingface").
@@ -91,8 +100,7 @@ class ShardPlan:
             raise ValueError(f"a split name is letters, digits and _ (split names of datasets), got {self.split!r}")
         if self.num_rows < 1:
             raise DatasetInputError("the dataset has no rows: nothing to embed")
-        if not isinstance(self.shard_size, int) or self.shard_size < 1:
-            raise ValueError(f"shard_size must be a positive integer, got {self.shard_size!r}")
+        check_positive("shard_size", self.shard_size)  # (True is no size)
 
     @property
     def num_shards(self) -> int:
@@ -218,9 +226,10 @@ def _write_atomically(path: str, text: str, replace: bool = True) -> bool:
     """Write ``text`` to ``path`` through a temporary file and a rename. ``replace=False``: never replace a file
     that exists; returns whether this call created ``path``."""
     folder, name = os.path.split(path)
-    temp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    temp = None
     try:
-        with open(temp, "w", encoding="utf-8") as f:
+        f, temp = create_temp(folder, f".{name}.", binary=False)  # new: never through a planted link
+        with f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
@@ -231,12 +240,14 @@ def _write_atomically(path: str, text: str, replace: bool = True) -> bool:
     except OSError as err:
         raise ShardWriteError(f"could not write {path}: {err.strerror or err} (errno {err.errno})") from err
     finally:
-        with contextlib.suppress(OSError):  # (a read-only file system refuses even to remove what is not there)
-            remove_file(temp)
+        if temp is not None:
+            with contextlib.suppress(OSError):  # (a read-only file system refuses even to remove what is not there)
+                remove_file(temp)
 
 
-# The temporary name of elmo_embed.json while a process of this run writes it (see _write_atomically).
-_METADATA_TEMP = re.compile(rf"\.{re.escape(METADATA_NAME)}\.[0-9]+\.tmp")
+# The temporary name of elmo_embed.json while a process of this run writes it (see _write_atomically): a regular
+# file; a link of that name is a stranger.
+_METADATA_TEMP = re.compile(rf"\.{re.escape(METADATA_NAME)}\.[0-9]+(-[0-9a-f]+)?\.tmp")
 
 
 def check_folder(output_dir: str) -> None:
@@ -250,10 +261,22 @@ def check_folder(output_dir: str) -> None:
 
 def _check_strangers(output_dir: str) -> bool:
     """[`ShardFolderError`] if ``output_dir`` holds files but no ``elmo_embed.json``; returns whether it is empty
-    (the temporary file of ``elmo_embed.json`` that another process of this run writes aside)."""
-    if os.path.exists(os.path.join(output_dir, METADATA_NAME)):
+    (the temporary file of ``elmo_embed.json`` that another process of this run writes aside). A symbolic link
+    under a name of the run's is no file of the run's: refused too."""
+    metadata = os.path.join(output_dir, METADATA_NAME)
+    if os.path.lexists(metadata) and not is_plain_file(metadata):
+        raise ShardFolderError(
+            f"{metadata} is {what_is(metadata)}, not a file that `elmo embed` wrote: the run must not write or read "
+            "through it. Give a new or empty folder"
+        )
+    if os.path.exists(metadata):
         return False
-    strangers = sorted(n for n in os.listdir(output_dir) if n != METADATA_NAME and not _METADATA_TEMP.fullmatch(n))
+    strangers = sorted(
+        name
+        for name in os.listdir(output_dir)
+        if name != METADATA_NAME
+        and not (_METADATA_TEMP.fullmatch(name) and is_plain_file(os.path.join(output_dir, name)))
+    )
     if strangers and not os.path.exists(os.path.join(output_dir, METADATA_NAME)):  # (else: another process began)
         raise ShardFolderError(
             f"{output_dir} is not empty ({', '.join(strangers[:3])}{', ...' if len(strangers) > 3 else ''}) and "
@@ -445,10 +468,16 @@ def _row_group_size(table) -> int:
 
 
 def _complete_shard(output_dir: str, plan: ShardPlan, index: int) -> str | None:
-    """The path of shard ``index`` if it is complete: under its name, or still hidden; else ``None``."""
+    """The path of shard ``index`` if it is complete: under its name, or still hidden; else ``None``.
+    [`ShardFolderError`] for a symbolic link or a folder of that name (no shard of the run's)."""
     for name in (plan.name(index), plan.hidden_name(index)):
         path = os.path.join(output_dir, name)
         if os.path.lexists(path):
+            if not is_plain_file(path):
+                raise ShardFolderError(
+                    f"{path} is {what_is(path)}, where this run keeps shard {index}: it is no shard of the run's; "
+                    "move it away and run the same command again"
+                )
             return path
     return None
 
@@ -536,53 +565,88 @@ def _check_complete_shard(path: str, index: int, rows: range, part, source: str,
 
 
 # --------------------------------------------------------------------------------------------------
-# The folder's card, once every shard is there
+# The folder's card: "in progress" from the start, complete before the shards get their names
 
 
-def _card_text(output_dir: str, plan: ShardPlan, features, metadata: dict) -> str:
+def _card_yaml(output_dir: str, plan: ShardPlan, features, complete: bool) -> str:
+    """The card's YAML: ``configs`` naming every shard file (so that ``load_dataset(FOLDER)`` fails on a folder
+    that lacks one), and once ``complete``, ``dataset_info`` (its number of rows: `datasets` checks it)."""
     import pyarrow.parquet as pq
     from datasets.info import DatasetInfo, DatasetInfosDict
     from datasets.splits import SplitDict, SplitInfo
     from huggingface_hub import DatasetCardData
 
-    paths = [os.path.join(output_dir, plan.name(i)) for i in range(plan.num_shards)]
-    num_bytes = 0
-    for path in paths:
-        try:
-            meta = pq.ParquetFile(path).metadata
-        except Exception:  # damaged since its check: shard_info names it
-            shard_info(path)
-            raise
-        num_bytes += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
-    files_size = sum(os.path.getsize(p) for p in paths)
-    info = DatasetInfo(
-        features=features,
-        splits=SplitDict({plan.split: SplitInfo(plan.split, num_bytes=num_bytes, num_examples=plan.num_rows)}),
-        download_size=files_size,
-        dataset_size=num_bytes,
-    )
     card = DatasetCardData()
-    DatasetInfosDict({"default": info}).to_dataset_card_data(card)
-    card["configs"] = [
-        {"config_name": "default", "data_files": [{"split": plan.split, "path": f"{plan.split}-*.parquet"}]}
-    ]
+    if complete:
+        paths = [_complete_shard(output_dir, plan, i) for i in range(plan.num_shards)]
+        num_bytes = 0
+        for path in paths:
+            try:
+                meta = pq.ParquetFile(path).metadata
+            except Exception:  # damaged since its check: shard_info names it
+                shard_info(path)
+                raise
+            num_bytes += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+        info = DatasetInfo(
+            features=features,
+            splits=SplitDict({plan.split: SplitInfo(plan.split, num_bytes=num_bytes, num_examples=plan.num_rows)}),
+            download_size=sum(os.path.getsize(p) for p in paths),
+            dataset_size=num_bytes,
+        )
+        DatasetInfosDict({"default": info}).to_dataset_card_data(card)
+    files = [plan.name(i) for i in range(plan.num_shards)]
+    card["configs"] = [{"config_name": "default", "data_files": [{"split": plan.split, "path": files}]}]
+    return card.to_yaml()
+
+
+def _card_text(output_dir: str, plan: ShardPlan, features, metadata: dict, complete: bool = True) -> str:
+    """The dataset card: complete (every shard there, the sizes in the YAML), or the card of a folder in progress
+    (marked with ``CARD_IN_PROGRESS``), which names the shards all the same."""
     model = metadata["model"]
     shape = {
         "all": "(words, L + 1, 2P): every biLM layer, words first",
         "sentence_mean": "(2P,): the ELMo vectors averaged over the words",
     }.get(metadata["output_type"], "(words, 2P)")
     source = metadata["input"]["text_column"] or metadata["input"]["tokens_column"]
+    state = (
+        "\n\n"
+        if complete
+        else f" {CARD_IN_PROGRESS}: `load_dataset` fails on it (a shard named above is missing) until the run that "
+        "completes it writes this card again.\n\n"
+    )
     return (
-        f"---\n{card.to_yaml()}\n---\n\n# ELMo vectors\n\n"
+        f"---\n{_card_yaml(output_dir, plan, features, complete)}\n---\n\n# ELMo vectors\n\n"
         f"Column `{metadata['column']}`: the `{metadata['output_type']}` vectors of column `{source}`, "
         f"{metadata['vector_dtype']}, shape {shape}, {CARD_MARK} with the model "
         f"`{model.get('name')}` (weights SHA-256 {model['weights_sha256'][:16]}...). {plan.num_rows} "
         f"row{'s' * (plan.num_rows != 1)} in {plan.num_shards} shard{'s' * (plan.num_shards != 1)}; "
-        f"`{METADATA_NAME}` says how they were made.\n\n"
+        f"`{METADATA_NAME}` says how they were made.{state}"
         "```python\nfrom datasets import load_dataset\n\n"
-        f'vectors = load_dataset("parquet", data_dir="path/to/this/folder")["{plan.split}"].with_format("numpy")\n'
+        f'vectors = load_dataset("path/to/this/folder")["{plan.split}"].with_format("numpy")\n'
         "```\n"
     )
+
+
+def _read_card(path: str) -> str | None:
+    """The text of ``README.md``: ``None`` if missing, ``""`` if it cannot be ours (not text, a symbolic link)."""
+    if os.path.lexists(path) and not is_plain_file(path):
+        return ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):  # not text: not a card of this command's
+        return ""
+
+
+def start_card(output_dir: str, plan: ShardPlan, features, metadata: dict) -> None:
+    """Write the card of a folder in progress where ``README.md`` is missing (never replacing a file): so that
+    ``load_dataset(FOLDER)`` fails on the folder until it is complete, instead of reading ``elmo_embed.json`` or
+    the shards that have their names as the dataset."""
+    path = os.path.join(output_dir, CARD_NAME)
+    if not os.path.lexists(path):
+        _write_atomically(path, _card_text(output_dir, plan, features, metadata, complete=False), replace=False)
 
 
 def _publish_shard(output_dir: str, plan: ShardPlan, index: int) -> None:
@@ -602,32 +666,32 @@ def _publish_shard(output_dir: str, plan: ShardPlan, index: int) -> None:
 
 
 def finish_folder(output_dir: str, plan: ShardPlan, features, metadata: dict, log=None) -> bool:
-    """If every shard is complete: give the hidden ones their names, then write the card (where the card says
-    anything new, and where ``README.md`` is absent or the card of an earlier run: a README of the user's is kept,
-    and said on ``log``). Returns whether every shard is complete."""
+    """If every shard is complete: write the complete card, then give the hidden shards their names. Returns whether
+    every shard is complete.
+
+    The card comes first: a folder caught between (a killed run, a reader during the renames) names shards that are
+    missing, and ``load_dataset(FOLDER)`` fails on it instead of reading fewer rows. The card is written where
+    ``README.md`` is missing or is the card of a folder in progress; a complete card of an earlier run (maybe edited
+    since) and a README of the user's (said on ``log``) are kept."""
     if any(_complete_shard(output_dir, plan, i) is None for i in range(plan.num_shards)):
         return False
-    for index in range(plan.num_shards):
-        if os.path.lexists(os.path.join(output_dir, plan.hidden_name(index))):
-            _publish_shard(output_dir, plan, index)
-    _fsync_folder(output_dir)
-    text = _card_text(output_dir, plan, features, metadata)
     path = os.path.join(output_dir, CARD_NAME)
-    try:
-        with open(path, encoding="utf-8") as f:
-            old = f.read()
-    except FileNotFoundError:
-        old = None
-    except (OSError, ValueError):  # not text: not a card of this command's
-        old = ""
+    for _ in range(2):  # a second time if another process created a card of a folder in progress meanwhile
+        old = _read_card(path)
+        if old is not None and (CARD_MARK not in old or CARD_IN_PROGRESS not in old):
+            break
+        text = _card_text(output_dir, plan, features, metadata)
+        if _write_atomically(path, text, replace=old is not None):
+            break
     if old is not None and CARD_MARK not in old:
         (log or logger.warning)(
             f"kept {path}, which `elmo embed` did not write; the dataset card was not written (the shards read "
             "without it)"
         )
-        return True
-    if old != text:
-        _write_atomically(path, text, replace=old is not None)
+    for index in range(plan.num_shards):
+        if os.path.lexists(os.path.join(output_dir, plan.hidden_name(index))):
+            _publish_shard(output_dir, plan, index)
+    _fsync_folder(output_dir)
     return True
 
 
@@ -717,6 +781,7 @@ def write_shards(
         source=source,
     )  # fmt: skip
     open_folder(output_dir, metadata)
+    start_card(output_dir, plan, features, metadata)
     digest = run_digest(metadata)
     run = ShardRun()
     pending = []

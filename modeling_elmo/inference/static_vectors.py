@@ -24,6 +24,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from .new_files import create_new, is_plain_file
+
 # float32 needs 9 significant digits to come back bit for bit from text (IEEE 754: ceil(1 + 24 log10 2) = 9).
 _TEXT_FORMAT = "%.9g"
 
@@ -137,7 +139,7 @@ def export_word2vec(
     temp = os.path.join(folder, f".{os.path.basename(output_file)}.export-{os.getpid()}.tmp")
     bar = tqdm(total=len(words), unit="word", desc="Exporting vectors", disable=not progress)
     try:
-        with open(temp, "wb") as out:
+        with create_new(temp) as out:  # a new file: never through a link planted at its name
             out.write(f"{len(words)} {model.config.projection_dim}\n".encode())
             start = 0
             for vectors in layer0_vectors(model, tokenizer, words, batch_size):
@@ -150,8 +152,10 @@ def export_word2vec(
                 start += len(vectors)
                 bar.update(len(vectors))
         os.replace(temp, output_file)
+    except FileExistsError:  # the temporary name was taken: not ours to remove
+        raise FileExistsError(f"{temp}, the temporary name {output_file} is written under, is taken") from None
     except BaseException:
-        if os.path.exists(temp):
+        if is_plain_file(temp):
             os.remove(temp)
         raise
     finally:

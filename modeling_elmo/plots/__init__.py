@@ -139,14 +139,17 @@ def save_scalar_mix_plot(path: str | os.PathLike, mixes: Sequence[tuple[Sequence
 def _save(fig, path: str | os.PathLike) -> Path:
     """Save under a temporary name and rename, so that a failed save leaves no half-written image."""
     plt = _pyplot()
+    from ..inference.new_files import create_temp
+
     path = Path(path)
-    temp = path.with_name(f".{path.name}.partial{path.suffix}")
+    out, temp = create_temp(path.parent, f".{path.name}.partial-", path.suffix)  # never through a planted link
     try:
-        fig.savefig(temp, dpi=110, bbox_inches="tight")
+        with out:
+            fig.savefig(out, format=path.suffix[1:].lower() or None, dpi=110, bbox_inches="tight")
         os.replace(temp, path)
     finally:
         plt.close(fig)
-        temp.unlink(missing_ok=True)
+        Path(temp).unlink(missing_ok=True)
     return path
 
 

@@ -39,7 +39,7 @@ from transformers.utils import logging as hf_logging
 from ..configuration_elmo import ElmoConfig
 from ..hub.download import resolve_pretrained
 from ..hub.model_card import hub_model_id, metric_results, write_model_card
-from ..hub.remote_code import remote_code
+from ..hub.remote_code import remote_code, save_with_remote_code
 from ..modeling_elmo_pretraining import ElmoForPreTraining
 from ..tokenization_elmo import BILM_SPECIAL_WORDS, BOS_TOKEN, EOS_TOKEN, ElmoTokenizer
 from .arguments import COMMON_TRAINING_ARGUMENTS, ElmoArgumentParser
@@ -793,6 +793,10 @@ def _run(
         result.metrics["train_words"] = int(words)
         result.metrics["train_words_per_second"] = round(words / max(result.metrics["train_runtime"], 1e-9), 1)
         with remote_code(trainer.model, tokenizer) if model_args.remote_code else contextlib.nullcontext():
+            if model_args.remote_code and trainer.is_world_process_zero():
+                # The code of every Auto class (auto_map_elmo.AUTO_MAP) first, as train-tagger does: the save below
+                # keeps the auto_map entries whose code the folder holds (issue 49: before, only the LM's classes).
+                save_with_remote_code(trainer.model, tokenizer, training_args.output_dir)
             trainer.save_model()  # model + tokenizer (with vocab.txt) in --output_dir, on the main process
         trainer.log_metrics("train", result.metrics)
         trainer.save_metrics("train", result.metrics)
