@@ -3,7 +3,7 @@
 The dataset path (`elmo embed --output_dir`, ``embed_dataset``, ``write_shards``) on the tiny random model, the
 output-file helper of every command (devices, pipes, links, the model's own files), and three refusals elsewhere
 (ManyLangs weights beyond float32, ``train-tagger --predict`` on a biLM, an import failure named). The old-path
-stand-ins (L6-L8) are in ``tests/test_deprecated_paths.py``.
+stand-ins (L6-L8) were tested in ``tests/test_deprecated_paths.py``, retired with them in 0.3.0 (issue 51).
 """
 
 from __future__ import annotations
