@@ -35,7 +35,7 @@ def _missing_toolchain() -> str | None:
     if shutil.which("ninja") is None:
         return "no ninja on PATH"
     if not Path(sysconfig.get_paths()["include"], "Python.h").exists():
-        return "no Python headers (Python.h)"
+        return "no Python headers (Python.h: apt-get install python3-dev)"
     return None
 
 
@@ -43,7 +43,7 @@ def _missing_toolchain() -> str | None:
 def bench(tmp_path_factory):
     missing = _missing_toolchain()
     if missing is not None:
-        reason = f"the benchmark's fused cell cannot be built here: {missing}"
+        reason = f"the benchmark's fused cell cannot be built here: {missing} (apt-get install g++ ninja-build)"
         if os.environ.get("ELMO_REQUIRE_TOOLCHAIN") == "1":
             pytest.fail(reason + "; ELMO_REQUIRE_TOOLCHAIN=1 forbids skipping")
         pytest.skip(reason)
