@@ -143,6 +143,25 @@ def test_item1_a_link_at_the_plots_old_temporary_name_is_not_followed(tiny_dir, 
     assert victim.read_bytes() == SECRET and plot.read_bytes().startswith(b"\x89PNG")
 
 
+def test_item1_a_model_card_link_is_not_written_through(tmp_path):
+    """``write_model_card`` (``elmo convert``, the training commands) with ``README.md`` a link to a card outside the
+    folder: before, the new card went into the link's target. Now the link is no card of the package's: left alone,
+    its target as it was."""
+    from modeling_elmo.hub.model_card import GENERATED_MARKER, write_model_card
+
+    victim = outside(tmp_path)
+    victim.write_text(f"---\nlicense: apache-2.0\n---\n{GENERATED_MARKER}\nanother model's card\n")
+    before = victim.read_bytes()
+    folder = tmp_path / "model"
+    folder.mkdir()
+    os.symlink(victim, folder / "README.md")
+    assert write_model_card(folder, ElmoConfig(**TINY), how_made="A test.") is None
+    assert victim.read_bytes() == before and (folder / "README.md").is_symlink()
+    os.unlink(folder / "README.md")
+    assert write_model_card(folder, ElmoConfig(**TINY), how_made="A test.") == folder / "README.md"
+    assert GENERATED_MARKER in (folder / "README.md").read_text() and os.listdir(folder) == ["README.md"]
+
+
 # --------------------------------------------------------------------------------------------------
 # Item 2: a folder caught while its shards get their names does not read as a smaller dataset
 
@@ -277,7 +296,6 @@ def test_item10_similar_on_an_untrained_model_draws_no_conclusion(tiny_dir, caps
     vectors depend on the context" for a gap of 0.007). Each summary gives the numbers and why they tell nothing;
     so does the command on the tiny random model."""
     from elmo_flags.similar import SIMILAR_EXAMPLES
-
     from modeling_elmo import demo_model_path
     from modeling_elmo.commands.similar import sense_summary, word_similarities
 
