@@ -227,6 +227,7 @@ def test_chunked_and_compressed_datasets_convert(small, tmp_path: Path, compress
     torch.testing.assert_close(state["char_cnn.highways.0.carry.weight"], torch.from_numpy(arrays[W_CARRY].T))
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_unwritten_weights_are_refused_before_anything_is_allocated(tmp_path: Path):
     """A ~30 KB file declaring the original model's 374 MB of weights, none written: refused on the metadata,
     before reading (the old converter allocated them all, then wrote a model of zeros)."""
@@ -351,6 +352,7 @@ def test_cli_overwrite_into_the_inputs_folder_keeps_them(small, tmp_path: Path, 
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_conversion_while_another_holds_the_lock_fails_clearly(small, tmp_path: Path):
     options, weights = small
     out = tmp_path / "out"
@@ -451,6 +453,7 @@ def test_sigkill_right_after_the_swap_leaves_the_new_output(small, tmp_path: Pat
     assert folder_bytes(out).keys() == before.keys() - {"old.txt"}
 
 
+@pytest.mark.slow  # issue 51: fresh interpreters
 def test_sigkill_between_the_two_renames_is_undone_by_the_next_run(small, tmp_path: Path):
     """Without the atomic swap (other systems), a kill between the two renames leaves the old folder in the
     marked staging folder; the next conversion puts it back before anything else, and nothing stays hidden."""
@@ -464,6 +467,7 @@ def test_sigkill_between_the_two_renames_is_undone_by_the_next_run(small, tmp_pa
     assert hidden_leftovers(tmp_path) in ([], [".out.lock"])  # a killed process's lock file: reused, not stale
 
 
+@pytest.mark.slow  # issue 51: fresh interpreters
 def test_next_conversion_restores_then_overwrites(small, tmp_path: Path):
     options, weights = small
     out = tmp_path / "out"
@@ -545,6 +549,7 @@ def test_marked_staging_folder_of_a_dead_process_is_removed(tmp_path: Path):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter each
 @pytest.mark.parametrize("limit", [4096, 47_000], ids=["config-files", "safetensors"])
 def test_full_disk_while_writing_gives_one_error_line(small, tmp_path: Path, limit: int):
     """A file-size limit (``RLIMIT_FSIZE``, SIGXFSZ ignored: writes fail with EFBIG like on a full disk) while
@@ -603,6 +608,7 @@ def _without_file_permission_override():
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP) failed")
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_unreadable_options_file_is_named(small, tmp_path: Path):
     """A real process (root loses its power to read any file, as a user lacks it): not "could not write OUT"."""
     options, weights = small
@@ -628,6 +634,7 @@ def test_options_path_that_is_not_a_file_is_named(small, tmp_path: Path, capsys,
     assert message == f"error: options file {options} is not a regular file"
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter each
 @pytest.mark.parametrize("umask", [0o022, 0o027])
 def test_output_folder_and_files_follow_the_umask(tmp_path, umask):
     # The folder used to be mkdtemp's 0700 and the weights transformers' 0600, whatever the user's umask.
@@ -699,6 +706,7 @@ def test_refused_run_after_a_kill_after_the_swap_leaves_nothing_hidden(small, tm
     assert hidden_leftovers(tmp_path) == []
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_in_process_convert_after_a_kill_between_the_renames_refuses(small, tmp_path: Path):
     options, weights = small
     out = tmp_path / "out"

@@ -210,6 +210,7 @@ def test_character_ids_share_their_int_objects():
     assert a[0] == 259 and a[0] is b[0]  # begin of word
 
 
+@pytest.mark.slow  # issue 51: a long corpus
 def test_word_cache_stays_bounded_over_a_long_corpus():
     """The tokenizer's cache of words' character ids (issue 26, 17) holds at most 16,384 words, ~9 MiB, whatever
     the corpus: 40,000 distinct words over 8 chunks leave less than 12 MiB held (9.9 MiB measured). Before, it
@@ -340,6 +341,7 @@ def test_embed_sweep_prints_a_row_per_setting(bench, capsys):
         bench.main(["--embed_sweep", "2/64/x", "--sizes", "tiny"])
 
 
+@pytest.mark.slow  # issue 51: a benchmark run in a fresh interpreter
 def test_bench_embed_memory_prints_rss_after_each_chunk(capsys):
     """``benchmarks/bench_embed_memory.py`` (issue 26, 17) on the tiny model: one JSON line per corpus size, with the
     peak and the RSS after each chunk (no threshold: RSS depends on the machine)."""

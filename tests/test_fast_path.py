@@ -76,6 +76,7 @@ def test_fast_path_equals_step_by_step_reference(size, overrides):
         assert all(torch.all(layer[b, len(words) :] == 0) for layer in layers)
 
 
+@pytest.mark.slow  # issue 51: the step-by-step reference on many batches
 def test_cpu_inference_path_equals_step_by_step_reference(monkeypatch):
     """The CPU inference path of a wide LSTM: prepacked products, the directions run one after the other, and the
     cell's tanh through the sigmoid (used from 2^15 elements a call: 16 rows x D = 2048), against the reference."""
@@ -210,6 +211,7 @@ def test_embed_corpus_matches_the_model_in_input_order():
         np.testing.assert_allclose(means[i], expected, atol=BATCHING_ATOL)
 
 
+@pytest.mark.slow  # issue 51: a long corpus
 def test_embed_corpus_holds_one_chunk_at_a_time():
     """Python-side memory for 4x the sentences stays about the same (nothing accumulates)."""
     model = make_model("narrow")
@@ -236,6 +238,7 @@ def test_embed_corpus_rejects_bad_arguments():
         list(embed_corpus(model, TOKENIZER, ["a"], batch_size=0))
 
 
+@pytest.mark.slow  # issue 51: a benchmark run
 def test_benchmark_script_smoke(capsys):
     sys.path.insert(0, str(REPO / "benchmarks"))
     try:
@@ -267,6 +270,7 @@ def test_cuda_matches_cpu():
         assert (x - y.cpu()).abs().max() <= 1e-5
 
 
+@pytest.mark.slow  # issue 51: a benchmark run
 def test_benchmark_ceiling_measures_every_kind_of_product():
     """``bench_inference.measure_ceiling`` (run by ``--allennlp_python``, which CI cannot run) at a tiny batch."""
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -280,6 +284,7 @@ def test_benchmark_ceiling_measures_every_kind_of_product():
         assert all(rate > 0 for rate in rates[mode]["shapes"].values()) and rates[mode]["combined"] > 0
 
 
+@pytest.mark.slow  # issue 51: a benchmark run
 def test_benchmark_ceiling_times_the_step_products_in_the_models_order():
     """``measure_steps`` counts the same work as ``product_shapes`` for the per-step products, with every kernel."""
     from modeling_elmo.fast_path_elmo import _PrepackedWeights
@@ -322,6 +327,7 @@ def test_benchmark_profile_sorts_all_the_time_into_its_groups():
     assert len(found["top"]) == 3
 
 
+@pytest.mark.slow  # issue 51: two fresh interpreters
 def test_bench_versions_compares_two_checkouts(capsys):
     """``benchmarks/bench_versions.py`` on this checkout against itself (CI cannot time anything; it must run)."""
     sys.path.insert(0, str(REPO / "benchmarks"))

@@ -306,6 +306,7 @@ def _assert_same(expected: dict[str, np.ndarray], saved: Path):
         np.testing.assert_array_equal(got[key], value, err_msg=key)
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_remote_code_loads_without_the_package(folders, tmp_path):
     script = "SENTENCES = " + repr(SENTENCES) + "\nNER_TEXT = " + repr(NER_TEXT) + "\n" + REMOTE_SCRIPT
     env = {
@@ -374,6 +375,7 @@ DEMO_PLAIN_SCRIPT = REMOTE_SCRIPT.split("\nimport numpy as np\n", 1)[0] + textwr
 )
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_plain_demo_folder_is_refused_without_the_package(tmp_path):
     folder = tmp_path / "demo"
     shutil.copytree(demo_model_path(), folder)  # elsewhere: nothing but the folder itself to load from
@@ -432,6 +434,7 @@ def test_token_classification_pipeline_spans(folders):
     assert [(e["entity_group"], e["start"], e["end"]) for e in split] == [("PER", 0, 10), ("LOC", 20, 28)]
 
 
+@pytest.mark.slow  # issue 51: trains a tagger
 @needs_tagger
 def test_token_classification_pipeline_with_a_word_embedding_tagger(tmp_path):
     """A tagger whose ``x_k`` is its own word embedding (train_tagger's default) needs ``vocab_ids``: the pipeline

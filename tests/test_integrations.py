@@ -181,6 +181,7 @@ def test_stock_transformer_module_loads_without_trust_remote_code(tmp_path, laye
     np.testing.assert_allclose(before[0], short[0], rtol=0, atol=ATOL)
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_stock_transformer_module_loads_in_a_fresh_process(tmp_path):
     """The contract for a saved folder: ``import modeling_elmo`` (for transformers' Auto classes), then a plain
     ``SentenceTransformer(path)``, in a process that never built the module."""
@@ -348,6 +349,7 @@ def test_spacy_refuses_a_device_the_model_cannot_run_on(device, says, monkeypatc
         spacy.blank("en").add_pipe("elmo", config={"device": device})
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_spacy_finds_the_factory_by_entry_point(tmp_path):
     """The entry point declared in pyproject.toml, installed as package metadata: spaCy finds the factory without
     this package being imported first."""

@@ -183,6 +183,7 @@ def test_chunked_copy_equals_the_whole_array_whatever_the_chunk(tmp_path):
             assert np.array_equal(load_file(tmp_path / f"w{rows}.safetensors")["softmax.weight"], whole)
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_cli_convert_with_softmax(tmp_path):
     options, weights, vocab, soft = _random_lm(tmp_path / "src")
     out = tmp_path / "out"
@@ -291,6 +292,7 @@ def test_scoring_refuses_a_folder_without_softmax(converted_fixture):
         load_language_model(converted_fixture)
 
 
+@pytest.mark.slow  # issue 51: fresh interpreters
 def test_elmo_score_cli(lm_folder, tmp_path):
     reference = REFERENCE["stateless_batch"]
     text = tmp_path / "in.txt"

@@ -137,6 +137,7 @@ def test_sharded_safetensors_still_load(saved: Path, tmp_path: Path):
     assert all(torch.equal(model.state_dict()[k], v) for k, v in MODEL.state_dict().items())
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_hub_model_whose_index_names_a_pickle_is_refused(saved: Path, tmp_path: Path):
     """The Hub path (a Hub id whose index is in the local cache): the index is checked before anything is read,
     with no network call of the package's own. Before: torch.load of the pickle (then an UnpicklingError from
@@ -381,6 +382,7 @@ def test_export_input_check_refuses_other_types():
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_folder_without_config_json_is_named_as_such(saved: Path, tmp_path: Path):
     """Before: "the weights ... do not fit the config" (the default config's full-size model was built)."""
     folder = copy_of(saved, tmp_path)
@@ -409,6 +411,7 @@ def _embed_command(tmp_path: Path, model: str) -> list[str]:
     return [sys.executable, "-m", "elmo_cli", "embed", "-", "-o", str(tmp_path / "o.hdf5"), "--model", model]
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_unreachable_hub_fails_fast_and_clearly_in_the_command(tmp_path: Path):
     """The command checks the Hub once before loading (``hub/remote_code.hub_local_files_only``; from_pretrained itself
     makes no network call of its own). Before: huggingface_hub's retries, ~24 s per file (212 s for `elmo
@@ -430,6 +433,7 @@ def test_unreachable_hub_fails_fast_and_clearly_in_the_command(tmp_path: Path):
     assert not (tmp_path / "o.hdf5").exists()
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter each
 @pytest.mark.parametrize("loader", ["ElmoModel", "ElmoTokenizer", "ElmoForTokenClassification"])
 def test_released_short_name_fails_at_once(tmp_path: Path, loader: str):
     """Issue 29 item 3: a name that is no folder and no owner/name Hub id (a released model's short name) fails at
@@ -445,6 +449,7 @@ def test_released_short_name_fails_at_once(tmp_path: Path, loader: str):
     assert "elmo download NAME" in result.stderr and seconds < FAST
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_silent_hub_times_out_quickly_in_the_command(tmp_path: Path):
     """A Hub that accepts connections and never answers costs the command's probe timeout, not minutes."""
     server = socket.socket()
@@ -480,6 +485,7 @@ def test_silent_hub_times_out_quickly_in_the_command(tmp_path: Path):
     assert result.returncode == 1 and "cannot be reached" in result.stderr and seconds < FAST
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_offline_hub_ids_load_from_the_cache_at_once(saved: Path, tmp_path: Path):
     """HF_HUB_OFFLINE=1 (transformers' documented switch): a cached Hub model loads at once, a missing one fails
     at once; the command also uses the cache when the Hub cannot be reached."""

@@ -74,6 +74,7 @@ def fixture_batches(fixture_dir):
             f.close()
 
 
+@pytest.mark.slow  # issue 51: the step-by-step reference over every fixture batch
 def test_fixture_top_layer_matches_tensorflow_statefully(converted_fixture, fixture_dir):
     model = ElmoModel.from_pretrained(converted_fixture, stateful=True).eval()
     tokenizer = ElmoTokenizer.from_pretrained(converted_fixture)
@@ -117,6 +118,7 @@ def test_fixture_token_layer_matches_tensorflow(converted_fixture, fixture_dir):
     assert diff <= PARITY, f"max abs difference to the TensorFlow token embeddings: {diff:.2e}"
 
 
+@pytest.mark.slow  # issue 51: the step-by-step reference over every fixture batch
 def test_reference_path_matches_tensorflow_statefully(converted_fixture, fixture_dir):
     """The plain step-by-step path, carrying each row's state by hand, also reproduces the fixtures."""
     model = ElmoModel.from_pretrained(converted_fixture).eval()

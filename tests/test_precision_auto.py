@@ -78,6 +78,7 @@ def test_this_cpus_features_are_its_flags_and_its_kernels_answers():
 _LIMITED = "from modeling_elmo.inference.precision import choose_precision; print(choose_precision('cpu').name)"
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_kernels_limited_to_avx2_choose_float32():
     """With oneDNN and FBGEMM limited to AVX2, the CPU's flags still list its units; the choice follows the
     kernels (there: no bfloat16 units, 7-bit int8 activations)."""
@@ -114,6 +115,7 @@ _LIMITED_REASON = (
 )
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_fbgemm_limited_to_avx2_on_a_vnni_cpu_is_not_called_a_cpu_without_vnni():
     """Issue 36: under FBGEMM_ENABLE_INSTRUCTIONS=AVX2, a VNNI CPU without AMX got "AVX-512 BF16 without VNNI". The
     kernels here, limited by the variable: the reason names the limit, not a missing unit."""

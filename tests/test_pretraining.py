@@ -198,6 +198,7 @@ def test_sampled_training_never_builds_batch_by_vocab():
 # (c) Trainer steps lower the full-softmax perplexity; evaluate reports the three perplexities
 
 
+@pytest.mark.slow  # issue 51: 100 Trainer steps (a learning test)
 def test_trainer_lowers_full_softmax_perplexity(tmp_path):
     import datasets
     from transformers import TrainingArguments
@@ -325,6 +326,7 @@ def test_command_fine_tunes_an_existing_elmo_model(corpus, tmp_path):
     assert main(argv) == 1
 
 
+@pytest.mark.slow  # issue 51: three command runs
 def test_resume_from_checkpoint_matches_an_uninterrupted_run(corpus, tmp_path):
     common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
     common += ["--max_steps", "6", "--save_steps", "3", "--per_device_train_batch_size", "8", "--num_samples", "8"]
@@ -363,6 +365,7 @@ def _one_process_and_two(common: list[str], tmp_path) -> tuple[str, str]:
     return single, double
 
 
+@pytest.mark.slow  # issue 51: a torchrun launch of 2 processes
 def test_two_process_gloo_run_matches_single_process(corpus, tmp_path):
     common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
     common += ["--max_steps", "3", "--num_samples", "0", "--dropout", "0", "--seed", "5"]
@@ -475,6 +478,7 @@ def test_stream_states_carry_over_between_batches():
         model.stream_hidden_states(torch.zeros_like(whole["input_ids"]), whole["backward_input_ids"])
 
 
+@pytest.mark.slow  # issue 51: 150 steps (a learning test)
 def test_command_stream_training_lowers_perplexity(corpus, tmp_path):
     out = str(tmp_path / "stream")
     common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
@@ -487,6 +491,7 @@ def test_command_stream_training_lowers_perplexity(corpus, tmp_path):
     assert ElmoModel.from_pretrained(out).config.n_layers == 1
 
 
+@pytest.mark.slow  # issue 51: a torchrun launch of 2 processes
 def test_two_process_stream_training_matches_single_process(corpus, tmp_path):
     """Data-parallel stream training: each process keeps its own rows' states; 2 x 2 rows train as 1 x 4."""
     common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], *TINY_FLAGS, "--disable_tqdm"]
@@ -548,6 +553,7 @@ def test_lm_head_has_no_mixes_and_every_parameter_gets_a_gradient(tmp_path):
     assert len(ElmoModel.from_pretrained(tmp_path).scalar_mixes) == 1
 
 
+@pytest.mark.slow  # issue 51: a torchrun launch of 2 processes
 def test_two_process_fine_tuning_of_a_saved_lm_folder(corpus, tmp_path):
     """A folder written by train_lm fine-tunes on 2 gloo processes (DDP without find_unused_parameters)."""
     common = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], "--disable_tqdm", "--num_samples", "0"]

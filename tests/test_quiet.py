@@ -98,6 +98,7 @@ except ValueError as error:
 """
 
 
+@pytest.mark.slow  # issue 51: fresh interpreters
 def test_loads_print_no_table_and_a_mismatch_one_error(folders):
     done = _python("-c", _LOADS, str(folders))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -125,6 +126,7 @@ else:
 """
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter each
 @pytest.mark.parametrize("how", ["pipeline", "bilm", "lm"])
 def test_a_tagger_with_a_new_head_is_reported_as_untrained(folders, how):
     """A tagger loaded from a folder without a head, a biLM (the demo model, through the stock pipeline) or an LM,
@@ -140,6 +142,7 @@ def test_a_tagger_with_a_new_head_is_reported_as_untrained(folders, how):
         assert _lines(done.stdout) == ["5"]  # it still tags: five words
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter each
 @pytest.mark.parametrize(
     ("head", "kind", "argument", "named"),
     [
@@ -204,6 +207,7 @@ print(hf_logging.get_verbosity() == level)
 """
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter each
 @pytest.mark.parametrize("level", ["WARNING", "INFO", "DEBUG"])
 def test_import_prints_nothing_and_keeps_the_users_verbosity(level):
     """``import modeling_elmo`` in a fresh interpreter prints nothing: not transformers' ``token-classification is
@@ -217,6 +221,7 @@ def test_import_prints_nothing_and_keeps_the_users_verbosity(level):
     assert OVERWRITE_NOTICE.split("] ", 1)[1] not in done.stderr, done.stderr[-3000:]
 
 
+@pytest.mark.slow  # issue 51: fresh interpreters
 def test_package_import_registers_with_plain_calls(folders):
     """``import modeling_elmo`` registers the Auto classes and the pipelines at once (plain calls at import, no
     import hooks); the documented use works, also for a submodule imported directly."""

@@ -309,6 +309,7 @@ print(torch.backends.cpu.get_cpu_capability(), worst(bf16), worst(int8))
 """
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_reduced_paths_run_on_a_cpu_without_bfloat16_or_vnni_units():
     """Limit ATen, oneDNN and FBGEMM to AVX2 (no AVX-512 BF16, no VNNI, no AMX): the results still agree."""
     env = dict(os.environ, ATEN_CPU_CAPABILITY="avx2", ONEDNN_MAX_CPU_ISA="AVX2", FBGEMM_ENABLE_INSTRUCTIONS="AVX2")

@@ -581,6 +581,7 @@ def digest_of(model, enc) -> str:
     return digest.hexdigest()
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_stateless_inference_is_bit_identical_run_to_run():
     enc = TOKENIZER(["The cat sat on the mat .", "Hi", "é 中 🙂 " * 20], padding=True, return_tensors="pt")
     first = digest_of(MODEL, enc)

@@ -552,6 +552,7 @@ finish_distributed(trainer)
 """
 
 
+@pytest.mark.slow  # issue 51: a torchrun launch of 2 processes
 def test_two_process_fine_tuning_of_a_saved_tagger_with_an_unfrozen_bilm(tmp_path):
     """2 gloo processes, DDP without find_unused_parameters: the unfrozen biLM's weights change."""
     import os

@@ -200,6 +200,7 @@ def test_num_samples_default_and_fallback():
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_a_run_prints_only_the_result_and_no_warnings(corpus, tmp_path):
     out = tmp_path / "lm"
     argv = ["--train_file", corpus["train"], "--eval_file", corpus["eval"], "--output_dir", str(out), *TINY_LM]

@@ -296,6 +296,7 @@ def test_bilm_takes_demo_as_the_commands_take_it(files, tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # issue 51: a fresh interpreter
 def test_stdout_holds_only_the_json_result_and_loads_are_quiet(files, tmp_path):
     argv = ["--bilm", str(files["bilm"]), "--train_file", str(files["train"]), "--eval_file", str(files["dev"]),
             "--output_dir", str(tmp_path / "out"), "--max_steps", "2", "--logging_steps", "1", *TINY_HEAD]  # fmt: skip
@@ -364,6 +365,7 @@ def _budgeted_run(budget_files, out: Path, *extra: str) -> tuple[dict, Evaluatio
     return metrics, recorder, time.monotonic()
 
 
+@pytest.mark.slow  # issue 51: trains until a time budget
 def test_time_budget_bounds_training_and_the_dev_set_is_evaluated_once(budget_files, tmp_path, capsys):
     # --eval_strategy epoch (the default), stopped on budget inside the first epoch.
     metrics, recorder, ended = _budgeted_run(budget_files, tmp_path / "epoch")
