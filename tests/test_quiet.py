@@ -114,51 +114,81 @@ def test_loads_print_no_table_and_a_mismatch_one_error(folders):
     assert "MISMATCH" in done.stderr and "Traceback" not in done.stderr
 
 
-_NEW_HEAD = """
-import sys
-import modeling_elmo
+# The loads that must report (each load logs its own report): one interpreter runs them all, a marker line on both
+# streams before each (issue 51: one launch instead of five; transformers logs every report, not once).
+_REPORTING_LOADS = {
+    # A tagger loaded from a folder without a head: through the stock pipeline (the demo biLM), a biLM, an LM.
+    "pipeline": 'print(len(pipeline("token-classification", model=demo, ignore_labels=[])("John lives in Paris .")))',
+    "bilm": 'Tagger.from_pretrained(f"{root}/bilm", num_labels=5)',
+    "lm": 'Tagger.from_pretrained(f"{root}/lm", num_labels=5)',
+    # LM fine-tuning from a biLM folder: the softmax is new and not declared (`elmo train-lm` reads it from the
+    # loading info).
+    "softmax": 'LM.from_pretrained(f"{root}/bilm", lm_vocab_size=20)',
+    # A tagger whose head differs from the saved one's: the declarations leave out only what a load from another
+    # kind of folder rightly lacks.
+    "tagger_num_layers": 'Tagger.from_pretrained(f"{root}/tagger", tagger_num_layers=1)',
+}
+_REPORTING_SCRIPT = """
+import sys, traceback
+from modeling_elmo import ElmoForPreTraining as LM, ElmoForTokenClassification as Tagger
 from transformers import pipeline
-root = sys.argv[1]
-if sys.argv[2] == "pipeline":
-    print(len(pipeline("token-classification", model=sys.argv[3], ignore_labels=[])("John lives in Paris .")))
-else:
-    modeling_elmo.ElmoForTokenClassification.from_pretrained(f"{root}/{sys.argv[2]}", num_labels=5)
+root, demo = sys.argv[1], sys.argv[2]
+for name, code in eval(sys.argv[3]).items():
+    for stream in (sys.stdout, sys.stderr):
+        print(f"=== {name} ===", file=stream, flush=True)
+    try:
+        exec(code)
+    except Exception:
+        traceback.print_exc()
+        print("LOAD FAILED", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
 """
 
 
-@pytest.mark.slow  # issue 51: a fresh interpreter each
+@pytest.fixture(scope="module")
+def reports(folders) -> dict[str, tuple[str, str]]:
+    """Each load of ``_REPORTING_LOADS``: its (stdout, stderr), from one fresh interpreter."""
+    done = _python("-c", _REPORTING_SCRIPT, str(folders), str(demo_model_path()), repr(_REPORTING_LOADS))
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    def sections(text: str) -> dict[str, str]:
+        parts = re.split(r"^=== (\w+) ===$", text, flags=re.MULTILINE)
+        return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+    out, err = sections(done.stdout), sections(done.stderr)
+    assert list(out) == list(err) == list(_REPORTING_LOADS), (list(out), list(err))
+    return {name: (out[name], err[name]) for name in _REPORTING_LOADS}
+
+
+@pytest.mark.slow  # issue 51: a fresh interpreter (one for the five loads)
 @pytest.mark.parametrize("how", ["pipeline", "bilm", "lm"])
-def test_a_tagger_with_a_new_head_is_reported_as_untrained(folders, how):
+def test_a_tagger_with_a_new_head_is_reported_as_untrained(reports, how):
     """A tagger loaded from a folder without a head, a biLM (the demo model, through the stock pipeline) or an LM,
     is untrained, and transformers' report says so: its head is listed as newly initialised. (Before, the head was
     declared expected-missing and such a load said nothing: a pipeline tagged with random weights, silently.) The
     biLM's weights come from the folder: they are not in the report."""
-    done = _python("-c", _NEW_HEAD, str(folders), how, str(demo_model_path()))
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "ElmoForTokenClassification LOAD REPORT" in done.stderr, done.stderr[-3000:]
-    assert "classifier.weight" in done.stderr and "MISSING" in done.stderr and "newly initialized" in done.stderr
-    assert "char_cnn" not in done.stderr and "bilm.layers" not in done.stderr
+    stdout, stderr = reports[how]
+    assert "LOAD FAILED" not in stderr, stderr[-3000:]
+    assert "ElmoForTokenClassification LOAD REPORT" in stderr, stderr[-3000:]
+    assert "classifier.weight" in stderr and "MISSING" in stderr and "newly initialized" in stderr
+    assert "char_cnn" not in stderr and "bilm.layers" not in stderr
     if how == "pipeline":
-        assert _lines(done.stdout) == ["5"]  # it still tags: five words
+        assert _lines(stdout) == ["5"]  # it still tags: five words
 
 
-@pytest.mark.slow  # issue 51: a fresh interpreter each
+@pytest.mark.slow  # issue 51: a fresh interpreter (one for the five loads)
 @pytest.mark.parametrize(
-    ("head", "kind", "argument", "named"),
+    ("load", "head", "named"),
     [
-        # LM fine-tuning from a biLM folder: the softmax is new and not declared (`elmo train-lm` reads it from the
-        # loading info).
-        ("ElmoForPreTraining", "bilm", "lm_vocab_size=20", "softmax"),
-        # A tagger whose head differs from the saved one's: the declarations leave out only what a load from
-        # another kind of folder rightly lacks.
-        ("ElmoForTokenClassification", "tagger", "tagger_num_layers=1", "encoder.lstm.weight_ih_l1"),
+        ("softmax", "ElmoForPreTraining", "softmax"),
+        ("tagger_num_layers", "ElmoForTokenClassification", "encoder.lstm.weight_ih_l1"),
     ],
 )
-def test_what_is_not_declared_is_still_reported(folders, head, kind, argument, named):
-    code = f"import sys\nfrom modeling_elmo import {head}\n{head}.from_pretrained(sys.argv[1], {argument})"
-    done = _python("-c", code, str(folders / kind))
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "LOAD REPORT" in done.stderr and named in done.stderr
+def test_what_is_not_declared_is_still_reported(reports, load, head, named):
+    _, stderr = reports[load]
+    assert "LOAD FAILED" not in stderr, stderr[-3000:]
+    assert f"{head} LOAD REPORT" in stderr and named in stderr, stderr[-3000:]
 
 
 # ---------------------------------------------------------------------------------------------
