@@ -181,9 +181,9 @@ class ElmoForSequenceClassification(ElmoPreTrainedModel):
         if len(held) == 2:
             logger.warning(
                 f"{source} holds two heads, {HEAD_NAMES['sentence']} and {HEAD_NAMES['pair']}, as classifiers saved "
-                f"before config.classifier_head did; loaded {HEAD_NAMES[self.head]} (classifier_head={self.head!r}). "
-                f"For the other: from_pretrained(..., classifier_head={other!r}). Only the head trained on your task "
-                "(sentences or pairs) is meaningful; save_pretrained then keeps that one"
+                f"before config.classifier_head existed do; loaded {HEAD_NAMES[self.head]}, as classifier_head="
+                f"{self.head!r} says. For the other: from_pretrained(..., classifier_head={other!r}). Only the head "
+                "trained on your task (sentences or pairs) is meaningful; save_pretrained keeps the loaded one alone"
             )
         elif held == [other]:
             logger.warning(
