@@ -22,9 +22,9 @@ and the mix), as ``BertForSequenceClassification`` calls ``self.bert``. What tra
 ``requires_grad`` alone: ``freeze_bilm()`` sets it (after ``__init__`` and again after loading, from
 ``config.freeze_bilm``), and the biLM runs without autograd only when none of its parameters requires grad.
 The biLM may run in another precision than the head (``model.elmo.to(torch.bfloat16)``, ``quantize_int8(model)``):
-the mix is cast to the head's own dtype (its classifier's); ``hidden_states`` come back as the biLM gives them.
+the mix is cast to the head's own dtype (its output layer's); ``hidden_states`` come back as the biLM gives them.
 
-Shapes: B sentences, W words (after padding), C characters per word (50), P = projection_dim,
+Shapes: B rows (sentences, or pairs of texts), W words (after padding), C characters per word (50), P = projection_dim,
 H = classifier_hidden_size, K = num_labels.
 """
 
