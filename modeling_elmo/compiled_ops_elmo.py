@@ -83,7 +83,9 @@ def _define(name: str, eager: Callable[[list[Tensor], list[float]], Tensor], fak
         tensors = list(ctx.saved_tensors)
         grads = backward_op(grad.contiguous(), tensors, ctx.consts)
         grads = [g if t.is_floating_point() else None for g, t in zip(grads, tensors, strict=True)]
-        return grads, [None] * len(ctx.consts)  # the structure of the inputs (an empty list stays one)
+        # The inputs' structure as torch.library compares it: no gradient for the settings (None), except that an
+        # empty list stays one.
+        return grads, (None if ctx.consts else [])
 
     forward_op.register_autograd(formula, setup_context=setup_context)
     _OPS[name] = (forward_op, eager)
@@ -159,7 +161,7 @@ def _bilstm_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
     inputs = inputs.view(2, batch, steps, width)
     output = _bilstm_directions(inputs, lengths, weights, consts)
     output = output + inputs if consts[5] else output
-    return output.view(2 * batch, steps, -1)
+    return output.reshape(2 * batch, steps, output.shape[-1])
 
 
 def _bilstm_directions(inputs: Tensor, lengths: Tensor, weights: list[Tensor], consts: list[float]) -> Tensor:
@@ -168,11 +170,13 @@ def _bilstm_directions(inputs: Tensor, lengths: Tensor, weights: list[Tensor], c
     live = torch.arange(steps, device=inputs.device) < lengths.unsqueeze(1)  # (B, T)
     h = inputs.new_zeros(2, batch, width)
     c = inputs.new_zeros(2, batch, layer.lstm_dim, dtype=layer.state_dtype(weights[2].dtype))
-    if inputs.device.type != "cpu" or batch == 0:
+    if batch == 0:  # zeros that depend on the weights (the recomputed backward needs an autograd graph)
+        return inputs.new_zeros(2, 0, steps, width) + 0 * sum(w.sum() for w in weights).to(inputs.dtype)
+    if inputs.device.type != "cpu":
         # Every step of every row: no value read into Python (CUDA graphs); steps past a row's end come after its
         # real ones and never reach them.
         output, _, _ = layer.forward(inputs.transpose(1, 2).reshape(2, steps * batch, width), h, c, [batch] * steps)
-        output = output.view(2, steps, batch, -1).transpose(1, 2)
+        output = output.view(2, steps, batch, output.shape[-1]).transpose(1, 2)
         return output * live.unsqueeze(-1).to(output.dtype)
     # The eager path's packing (ElmoBiLm.forward): rows longest first, the valid steps time-major.
     sorted_lengths, order = lengths.sort(descending=True)
@@ -183,7 +187,7 @@ def _bilstm_directions(inputs: Tensor, lengths: Tensor, weights: list[Tensor], c
     packed = inputs.index_select(1, order).reshape(2, batch * steps, width).index_select(1, packed_index)
     output, _, _ = layer.forward(packed, h, c, batch_sizes)
     full = output.new_zeros(2, batch * steps, output.shape[-1]).index_copy(1, packed_index, output)
-    return full.view(2, batch, steps, -1).index_select(1, order.argsort())
+    return full.view(2, batch, steps, output.shape[-1]).index_select(1, order.argsort())
 
 
 def _bilstm_layer_fake(tensors: list[Tensor], consts: list[float]) -> Tensor:

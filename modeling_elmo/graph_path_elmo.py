@@ -141,7 +141,7 @@ def _layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, lengt
         inputs = tokens
         for k, layer in enumerate(model.bilm.layers):
             inputs = op_layer(layer, inputs, steps, first=k == 0)
-            both = inputs.view(2, batch, inputs.shape[1], -1)
+            both = inputs.view(2, batch, *inputs.shape[1:])  # sizes, not -1: a batch may have no rows
             layers.append(torch.cat([both[0], reverse_padded(both[1], steps)], dim=-1))
     else:
         inputs = torch.stack([tokens, reverse_padded(tokens, steps)])  # (2, B, T, P)

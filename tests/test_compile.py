@@ -408,3 +408,33 @@ def test_an_int8_biLM_is_refused_under_compile_by_name():
     ids, mask = _batch(2, 4)
     with torch.no_grad(), pytest.raises(Exception, match="Int8BiLstmLayer layers .* run it eagerly"):
         compiled(input_ids=ids, attention_mask=mask)
+
+
+def test_trainer_with_torch_compile_trains_as_eager(tmp_path):
+    """``Trainer(torch_compile=True)`` (inductor, plain ``torch.compile``) on the CRF tagger with a 2-layer task
+    BiLSTM: after two steps every weight as with an eager Trainer."""
+    from datasets import Dataset
+    from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
+
+    from modeling_elmo import ElmoTokenizer, demo_model_path
+
+    tokenizer = ElmoTokenizer.from_pretrained(demo_model_path())
+    words = [s.split() for s in ("EU rejects German call .", "Peter Blackburn", "a b c d e f g")] * 3
+    rows = [{**tokenizer(w, is_split_into_words=True), "labels": [k % 3 for k in range(len(w))]} for w in words]
+    weights = {}
+    for compiled in (False, True):
+        model = TRAINED["tagger_crf_2_layers"]()
+        args = TrainingArguments(
+            output_dir=str(tmp_path / str(compiled)), torch_compile=compiled, max_steps=2, report_to=[],
+            per_device_train_batch_size=4, save_strategy="no", disable_tqdm=True, use_cpu=True, seed=0,
+        )  # fmt: skip
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=Dataset.from_list(rows),
+            data_collator=DataCollatorForTokenClassification(tokenizer),
+        )
+        trainer.train()
+        weights[compiled] = {key: p.detach().clone() for key, p in model.named_parameters()}
+    for key, want in weights[False].items():
+        torch.testing.assert_close(weights[True][key], want, rtol=1e-5, atol=1e-6, msg=key)
