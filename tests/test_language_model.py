@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -22,6 +20,7 @@ from helpers import BATCHING_ATOL
 from original_format import write_original_model
 from softmax_format import vocabulary, write_softmax, write_vocab
 
+import elmo_cli as cli
 import modeling_elmo  # noqa: F401  (registers the Auto classes and pipelines)
 from modeling_elmo import ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from modeling_elmo.hub.convert import ConversionError, convert
@@ -183,17 +182,14 @@ def test_chunked_copy_equals_the_whole_array_whatever_the_chunk(tmp_path):
             assert np.array_equal(load_file(tmp_path / f"w{rows}.safetensors")["softmax.weight"], whole)
 
 
-@pytest.mark.slow  # issue 51: a fresh interpreter
-def test_cli_convert_with_softmax(tmp_path):
+def test_cli_convert_with_softmax(tmp_path, capsys):
+    """``elmo convert --softmax_weight_file``, in this process (issue 51: the command's own launch is tested in
+    tests/test_cli*.py)."""
     options, weights, vocab, soft = _random_lm(tmp_path / "src")
     out = tmp_path / "out"
     args = ["--options_file", options, "--weight_file", weights, "--vocab_file", vocab, "--output_dir", out]
-    result = subprocess.run(
-        [sys.executable, "-m", "elmo_cli", "convert", *map(str, args), "--softmax_weight_file", soft],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr
+    code = cli.main(["convert", *map(str, args), "--softmax_weight_file", str(soft)])
+    assert code == 0, capsys.readouterr().err
     assert ElmoForPreTraining.from_pretrained(out).softmax.weight.shape == (50, 8)
 
 
@@ -292,21 +288,19 @@ def test_scoring_refuses_a_folder_without_softmax(converted_fixture):
         load_language_model(converted_fixture)
 
 
-@pytest.mark.slow  # issue 51: fresh interpreters
-def test_elmo_score_cli(lm_folder, tmp_path):
+def test_elmo_score_cli(lm_folder, tmp_path, capsys):
+    """``elmo score``, in this process (issue 51: the command's own launch is tested in tests/test_cli*.py)."""
     reference = REFERENCE["stateless_batch"]
     text = tmp_path / "in.txt"
     text.write_text("".join(" ".join(item["words"]) + "\n" for item in reference), encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    command = [sys.executable, "-m", "elmo_cli", "score", "--model", str(lm_folder)]
-    result = subprocess.run(
-        [*command, "--tokenized", "--batch_size", "2", str(text), "-o", str(out)], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr
-    assert "Scoring" in result.stderr  # the progress bar
+    command = ["score", "--model", str(lm_folder)]
+    code = cli.main([*command, "--tokenized", "--batch_size", "2", str(text), "-o", str(out)])
+    assert code == 0, capsys.readouterr().err
+    assert "Scoring" in capsys.readouterr().err  # the progress bar
     _assert_matches([json.loads(line) for line in out.read_text().splitlines()], reference)
-    bad = subprocess.run([*command, str(tmp_path / "missing.txt")], capture_output=True, text=True)
-    assert bad.returncode == 1 and "cannot read" in bad.stderr
+    assert cli.main([*command, str(tmp_path / "missing.txt")]) == 1
+    assert "cannot read" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------
