@@ -7,6 +7,7 @@ Each test fails on the code before the fix of its issue item (noted in its docst
 from __future__ import annotations
 
 import copy
+import io
 import json
 import os
 import re
@@ -24,6 +25,7 @@ import torch
 from helpers import TINY, PickleBomb, copy_of
 from safetensors.torch import load_file, save_file
 
+import elmo_cli as cli
 from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from modeling_elmo.inference.export import ElmoExportWrapper, check_export_inputs, example_inputs
 from modeling_elmo.inference.token_cache import build_token_cache, token_cache_size
@@ -385,22 +387,20 @@ def test_export_input_check_refuses_other_types():
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # issue 51: a fresh interpreter
-def test_folder_without_config_json_is_named_as_such(saved: Path, tmp_path: Path):
-    """Before: "the weights ... do not fit the config" (the default config's full-size model was built)."""
+def test_folder_without_config_json_is_named_as_such(saved: Path, tmp_path: Path, monkeypatch, capsys):
+    """Before: "the weights ... do not fit the config" (the default config's full-size model was built). The command
+    runs in this process (issue 51: its own launch is tested in tests/test_cli*.py)."""
     folder = copy_of(saved, tmp_path)
     (folder / "config.json").unlink()
     with pytest.raises(OSError, match=r"copy is not a folder with config\.json"):
         ElmoModel.from_pretrained(folder)
     assert ElmoModel.from_pretrained(folder, config=MODEL.config) is not None  # an explicit config still works
-    env = _hub_env(tmp_path, "https://huggingface.co")
-    result = subprocess.run(
-        [sys.executable, "-m", "elmo_cli", "embed", "-", "-o", str(tmp_path / "o.hdf5"), "--model",
-         str(folder)],  # fmt: skip
-        input="a b\n", env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
-    assert result.returncode == 1 and result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith("error: --model") and "is not a folder with config.json" in result.stderr
+    capsys.readouterr()
+    monkeypatch.setattr("sys.stdin", io.StringIO("a b\n"))
+    code = cli.main(["embed", "-", "-o", str(tmp_path / "o.hdf5"), "--model", str(folder)])
+    stderr = capsys.readouterr().err
+    assert code == 1 and stderr.count("\n") == 1, stderr
+    assert stderr.startswith("error: --model") and "is not a folder with config.json" in stderr
 
 
 @pytest.mark.parametrize("name", ["no-such-dir/deeper/model", "/no/such/folder", "./relative/missing/x"])
