@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 import torch
 from torch import nn
 
-from . import compiled_ops_elmo as ops
+from .compiled_ops_elmo import call, crf_alphas
 from .graph_path_elmo import compiling, crf_log_partition, crf_through_each_tag, in_graph
 
 __all__ = ["FORBIDDEN_SCORE", "ConditionalRandomField", "bio_allowed_transitions"]
@@ -299,12 +299,12 @@ class ConditionalRandomField(nn.Module):
         if emissions.shape[1] == 0:
             return self._empty_scores(emissions)
         if compiling():  # torch.compile: the loop over all steps as one operator (no host read of the lengths)
-            return ops.call("crf_log_partition", [emissions, mask, transitions, start, end])
+            return call("crf_log_partition", [emissions, mask, transitions, start, end])
         if in_graph():  # torch.export: a scan over all steps
             return crf_log_partition(emissions, mask, transitions, start, end)
         # alpha[b, j] = log-sum of the scores of all prefixes ending in tag j at the current step; past a sequence's
         # end, carried unchanged so END is added to its last real step.
-        alpha = ops.crf_alphas(emissions, mask, transitions, start, torch.logsumexp, self._max_length(mask))
+        alpha = crf_alphas(emissions, mask, transitions, start, torch.logsumexp, self._max_length(mask))
         log_z = torch.logsumexp(alpha + end.unsqueeze(0), dim=1)
         return torch.where(mask[:, 0], log_z, torch.zeros_like(log_z))
 
@@ -357,7 +357,7 @@ class ConditionalRandomField(nn.Module):
                 return emissions.new_zeros(batch, 0, num_tags)
             if compiling():  # one operator: the loops over all steps (masked steps are zeroed below)
                 tensors = [emissions, mask, transitions, start, end]
-                scores = finish(ops.call("crf_through_each_tag", tensors, [reduce is torch.amax]))
+                scores = finish(call("crf_through_each_tag", tensors, [reduce is torch.amax]))
             else:  # torch.export: scans
                 scores = finish(crf_through_each_tag(emissions, mask, transitions, start, end, reduce))
             return scores.masked_fill(~mask.unsqueeze(2), 0.0)

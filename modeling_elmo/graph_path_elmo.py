@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import compiled_ops_elmo as ops
+from .compiled_ops_elmo import bilstm_layer_consts, call
 
 
 def in_graph() -> bool:
@@ -160,7 +160,7 @@ def op_layer(layer: nn.Module, inputs: torch.Tensor, steps: torch.Tensor, first:
     weights = [layer.input_kernel, layer.state_kernel, layer.bias, layer.projection]
     # The eager path's choice of oneDNN's prepacked products: at inference only.
     prepack = not (torch.is_grad_enabled() and (inputs.requires_grad or any(w.requires_grad for w in weights)))
-    return ops.call("bilstm_layer", [inputs, steps, *weights], ops.bilstm_layer_consts(layer, prepack, first))
+    return call("bilstm_layer", [inputs, steps, *weights], bilstm_layer_consts(layer, prepack, first))
 
 
 def _task_lstm_step(w_forward: torch.Tensor, w_backward: torch.Tensor):

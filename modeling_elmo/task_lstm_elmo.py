@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from . import compiled_ops_elmo as ops
+from .compiled_ops_elmo import task_lstm
 from .graph_path_elmo import compiling, in_graph, run_task_lstm
 
 
@@ -55,7 +55,7 @@ class ElmoTaskLstm(nn.Module):
 
     def forward(self, features: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         if compiling():
-            return ops.task_lstm(self, features, lengths)
+            return task_lstm(self, features, lengths)
         if in_graph():  # torch.export
             return run_task_lstm(self, features, lengths)
         batch, words, _ = features.shape
