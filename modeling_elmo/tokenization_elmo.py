@@ -483,9 +483,8 @@ class ElmoTokenizer(TokenizersBackend):
         return tuple(sorted(token.content for token in decoder.values() if token.special and token.content not in own))
 
     def _model_with(self, keep_whole: tuple[str, ...]) -> models.WordLevel:
-        """The backend's word vocabulary plus the added special tokens ``keep_whole`` with their ids, so that such a
-        token, one word in raw text, gets its own id and token (``tokens()``, ``vocab_ids``) as in a stock
-        tokenizer, not ``<UNK>``. Built once per set of added tokens."""
+        """The backend's words plus the added special tokens ``keep_whole``, so that such a token gets its own id and
+        token (``tokens()``, ``vocab_ids``), not ``<UNK>``, as in a stock tokenizer. Built once per set of tokens."""
         cached = self.__dict__.get("_whole_model")
         if cached is None or cached[0] != keep_whole:
             vocab = self._tokenizer.get_vocab(with_added_tokens=False)
