@@ -280,7 +280,10 @@ def test_a_folder_of_another_output_type_or_model_is_refused(tiny_dir, tmp_path,
         (["--train_file", "x.txt", "--data_files", "y.txt", "--output_dir", "o"], "got --train_file and --data_files"),
         (["in.txt", "--train_file", "x.txt", "--output_dir", "o"], "give the input as --train_file in.txt"),
         (["--train_file", "x.txt", "--output_dir", "o", "-o", "f.hdf5"], "-o/--output: for the HDF5 file only"),
-        (["--train_file", "x.txt", "--output_dir", "o", "--shard_size", "0"], "argument --shard_size: must be at least 1"),
+        (
+            ["--train_file", "x.txt", "--output_dir", "o", "--shard_size", "0"],
+            "argument --shard_size: must be at least 1",
+        ),
     ],
 )
 def test_flags_that_do_not_go_together_are_usage_errors(flags, message, capsys):
