@@ -142,11 +142,9 @@ def test_sharded_safetensors_still_load(saved: Path, tmp_path: Path):
     assert all(torch.equal(model.state_dict()[k], v) for k, v in MODEL.state_dict().items())
 
 
-@pytest.mark.slow  # issue 51: a fresh interpreter
-def test_hub_model_whose_index_names_a_pickle_is_refused(saved: Path, tmp_path: Path):
-    """The Hub path (a Hub id whose index is in the local cache): the index is checked before anything is read,
-    with no network call of the package's own. Before: torch.load of the pickle (then an UnpicklingError from
-    torch's weights-only unpickler)."""
+def _cache_pickled_hub_model(saved: Path, tmp_path: Path) -> Path:
+    """Hub model ``some-user/pickled`` in the cache of ``_hub_env(tmp_path, ...)``: its index names a pickle that
+    creates the returned marker file when unpickled."""
     folder = copy_of(saved, tmp_path, "hub-model")
     marker = tmp_path / "pickle-code-ran"
     torch.save({**MODEL.state_dict(), "payload": PickleBomb(str(marker))}, folder / "pytorch_model.bin")
@@ -154,12 +152,18 @@ def test_hub_model_whose_index_names_a_pickle_is_refused(saved: Path, tmp_path: 
     index = {"metadata": {}, "weight_map": dict.fromkeys(MODEL.state_dict(), "pytorch_model.bin")}
     (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     _cache_as_hub_model(folder, tmp_path, "some-user/pickled")
-    env = _hub_env(tmp_path, f"http://127.0.0.1:{_closed_port()}")
-    code = "from modeling_elmo import ElmoModel\nElmoModel.from_pretrained('some-user/pickled')"
-    result, seconds = _python(code, env)
-    assert result.returncode != 0
-    assert "OSError: " in result.stderr and "names 'pytorch_model.bin'" in result.stderr
-    assert "an index may name only .safetensors files" in result.stderr
+    return marker
+
+
+@pytest.mark.slow  # issue 51: a fresh interpreter (shared with the short-name loads)
+def test_hub_model_whose_index_names_a_pickle_is_refused(closed_hub_loads):
+    """The Hub path (a Hub id whose index is in the local cache): the index is checked before anything is read,
+    with no network call of the package's own. Before: torch.load of the pickle (then an UnpicklingError from
+    torch's weights-only unpickler)."""
+    loads, marker = closed_hub_loads
+    seconds, error = loads["pickled"]
+    assert "OSError: " in error and "names 'pytorch_model.bin'" in error, error[-2000:]
+    assert "an index may name only .safetensors files" in error
     assert not marker.exists() and seconds < FAST
 
 
@@ -437,29 +441,35 @@ def test_unreachable_hub_fails_fast_and_clearly_in_the_command(tmp_path: Path):
 
 
 SHORT_NAME_LOADERS = ["ElmoModel", "ElmoTokenizer", "ElmoForTokenClassification"]
-# Each loader's load of a released model's short name, timed, in one interpreter (issue 51: one launch for the three).
-_SHORT_NAME_SCRIPT = """
+# (label, class, name) of each load from a Hub that cannot be reached: a released model's short name by each loader,
+# and a cached Hub model whose index names a pickle.
+_CLOSED_HUB_LOADS = [*((loader, loader, "elmo-original") for loader in SHORT_NAME_LOADERS)]
+_CLOSED_HUB_LOADS.append(("pickled", "ElmoModel", "some-user/pickled"))
+# Each load timed, in one interpreter (issue 51: one launch for the four), a marker line before its outcome.
+_CLOSED_HUB_SCRIPT = """
 import sys, time, traceback
 import modeling_elmo
-for loader in sys.argv[1:]:
+for label, loader, name in eval(sys.argv[1]):
     start = time.monotonic()
     try:
-        getattr(modeling_elmo, loader).from_pretrained("elmo-original")
+        getattr(modeling_elmo, loader).from_pretrained(name)
     except Exception:
         message = traceback.format_exc()
     else:
         message = "loaded"
-    print(f"=== {loader} {time.monotonic() - start:.3f}\\n{message}", file=sys.stderr, flush=True)
+    print(f"=== {label} {time.monotonic() - start:.3f}\\n{message}", file=sys.stderr, flush=True)
 """
 
 
 @pytest.fixture(scope="module")
-def short_name_loads(tmp_path_factory) -> dict[str, tuple[float, str]]:
-    """Each loader's (seconds, error) for the short name; the subprocess's timeout bounds the whole."""
-    tmp_path = tmp_path_factory.mktemp("short-name")
+def closed_hub_loads(saved, tmp_path_factory) -> tuple[dict[str, tuple[float, str]], Path]:
+    """Each load's (seconds, error) by label, and the marker file the pickle would create; the subprocess's
+    timeout bounds the whole."""
+    tmp_path = tmp_path_factory.mktemp("closed-hub")
+    marker = _cache_pickled_hub_model(saved, tmp_path)
     env = _hub_env(tmp_path, f"http://127.0.0.1:{_closed_port()}")
     try:
-        result, _ = _python(_SHORT_NAME_SCRIPT, env, timeout=FAST * 2, args=SHORT_NAME_LOADERS)
+        result, _ = _python(_CLOSED_HUB_SCRIPT, env, timeout=FAST * 2, args=[repr(_CLOSED_HUB_LOADS)])
     except subprocess.TimeoutExpired:
         pytest.fail(f"no answer after {FAST * 2} s")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -467,17 +477,17 @@ def short_name_loads(tmp_path_factory) -> dict[str, tuple[float, str]]:
     loads = {
         name: (float(time_), text) for name, time_, text in zip(parts[1::3], parts[2::3], parts[3::3], strict=True)
     }
-    assert list(loads) == SHORT_NAME_LOADERS, result.stderr[-2000:]
-    return loads
+    assert list(loads) == [label for label, _, _ in _CLOSED_HUB_LOADS], result.stderr[-2000:]
+    return loads, marker
 
 
-@pytest.mark.slow  # issue 51: a fresh interpreter (one for the three loaders)
+@pytest.mark.slow  # issue 51: a fresh interpreter (one for the four closed-Hub loads)
 @pytest.mark.parametrize("loader", SHORT_NAME_LOADERS)
-def test_released_short_name_fails_at_once(short_name_loads, loader: str):
+def test_released_short_name_fails_at_once(closed_hub_loads, loader: str):
     """Issue 29 item 3: a name that is no folder and no owner/name Hub id (a released model's short name) fails at
     once, naming `elmo download`, with no network call; the subprocess's own timeout bounds the test. Before: the
     tokenizer waited ~230 s through the Hub client's retries (the model ~5 s behind a probe of the Hub)."""
-    seconds, error = short_name_loads[loader]
+    seconds, error = closed_hub_loads[0][loader]
     assert "OSError: 'elmo-original' is no folder" in error, error[-2000:]
     assert "elmo download NAME" in error and seconds < FAST
 
