@@ -66,7 +66,17 @@ def _define(name: str, eager: Callable[[list[Tensor], list[float]], Tensor], fak
             grads = iter(torch.autograd.grad(eager(leaves, list(consts)), wanted, grad, allow_unused=True))
         # Not differentiable (lengths, masks) or unused: zeros, which the autograd formula drops or passes on.
         found = [next(grads) if leaf.requires_grad else None for leaf in leaves]
-        return [t.new_zeros(t.shape) if g is None else g.contiguous() for g, t in zip(found, tensors, strict=True)]
+        # An operator's outputs may alias neither its inputs nor each other (autograd can hand the incoming gradient
+        # back as is, or one tensor as two inputs' gradients): a copy where one would.
+        seen = {x.untyped_storage().data_ptr() for x in (grad, *tensors)}
+        results = []
+        for g, t in zip(found, tensors, strict=True):
+            g = t.new_zeros(t.shape) if g is None else g.contiguous()
+            if g.untyped_storage().data_ptr() in seen:
+                g = g.clone()
+            seen.add(g.untyped_storage().data_ptr())
+            results.append(g)
+        return results
 
     tags = (torch.Tag.needs_contiguous_strides,)
     forward_op = torch.library.custom_op(f"{NAMESPACE}::{name}", forward, mutates_args=(), tags=tags)

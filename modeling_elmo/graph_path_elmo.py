@@ -72,9 +72,16 @@ def encode_characters(cnn: nn.Module, char_ids: torch.Tensor) -> torch.Tensor:
     word_ids = None
     if cnn.word_input is not None:
         char_ids, word_ids = char_ids[:, :-1], char_ids[:, -1]
-    embedded = cnn.char_embedding(char_ids).transpose(1, 2)  # (N, dim, C)
-    # Max over positions, then the activation: the original's order (relu and tanh are monotonic).
-    x = torch.cat([cnn.activation(conv(embedded).amax(dim=-1)) for conv in cnn.convolutions], dim=-1)
+    embedded = cnn.char_embedding(char_ids)  # (N, C, dim)
+    # Each convolution as a product over its windows, not conv1d: conv1d's shape heuristics guard on the number of
+    # words (N >= 16), which cost extra graphs for small batches. Max over positions, then the activation: the
+    # original's order (relu and tanh are monotonic).
+    features = []
+    for conv in cnn.convolutions:
+        windows = embedded.unfold(1, conv.kernel_size[0], 1)  # (N, C - width + 1, dim, width)
+        scores = torch.einsum("nldw,fdw->nlf", windows, conv.weight) + conv.bias
+        features.append(cnn.activation(scores.amax(dim=1)))
+    x = torch.cat(features, dim=-1)
     for highway in cnn.highways:
         x = highway(x)
     x = cnn.projection(x)
