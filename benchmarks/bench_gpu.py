@@ -5,7 +5,8 @@ Rows, each timed after warm-up as the median of interleaved repeats (the paths a
 - ``common``: ``bench_inference.py``'s common-style loop (one LSTM cell per direction and layer, a Python loop over
   time steps), float32 only;
 - ``eager``: ``ElmoModel`` under ``torch.inference_mode`` (the package's default path);
-- ``compiled``: ``torch.compile(model, fullgraph=True)`` (the graph path, ``graph_path_elmo.py``);
+- ``compiled``: ``torch.compile(model, fullgraph=True)`` (the graph path, ``graph_path_elmo.py``, its recurrences
+  the custom operators of ``compiled_ops_elmo.py``: on CUDA every step of the padded batch, no host read);
 - ``reduce-overhead``: the same with ``mode="reduce-overhead"`` (CUDA graphs; CUDA only);
 
 in float32, bfloat16 and float16 (the model's weights cast; the cell state stays float32), at batch 1, 32 and 256;
