@@ -869,11 +869,8 @@ class ElmoModel(ElmoPreTrainedModel):
                 layers = self._compute_layers(input_ids, mask, state)
         run_mixes = backward_input_ids is None and not token_layer_only
         mixes = tuple(mix(layers, mask) for mix in self.scalar_mixes) if run_mixes else ()
-        # (B, M, W, 2P), batch-first for the pipelines (see ElmoModelOutput); one mix (the default) is not copied,
-        # except in a graph: inductor (torch 2.13) fails on that view of a training graph's output with a symbolic
-        # batch ("cannot determine truth value of Relational").
-        view = len(mixes) == 1 and not in_graph()
-        stacked = mixes[0].unsqueeze(1) if view else torch.stack(mixes, dim=1) if mixes else None
+        # (B, M, W, 2P), batch-first for the pipelines (see ElmoModelOutput); one mix (the default) is not copied.
+        stacked = mixes[0].unsqueeze(1) if len(mixes) == 1 else torch.stack(mixes, dim=1) if mixes else None
         return ElmoModelOutput(
             elmo=mixes[0] if mixes else None,
             mixes=stacked,
