@@ -37,6 +37,22 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 NAMESPACE = "elmo" if __name__ == "modeling_elmo.compiled_ops_elmo" else "elmo_" + re.sub(r"\W", "_", __name__)
 _OPS: dict[str, tuple[Callable, Callable]] = {}  # name -> (forward operator, eager function)
 
+# The biLM layer class whose recurrence ``elmo::bilstm_layer`` runs, given by modeling_elmo.py ([`use_bilstm_layer`]):
+# importing it here would close a loop (modeling_elmo -> checks_elmo -> graph_path_elmo -> this module).
+_BILSTM_LAYER: list[type[nn.Module]] = []
+
+
+def use_bilstm_layer(layer_class: type[nn.Module]) -> None:
+    """Name the class (``ElmoBiLstmLayer``) whose ``forward`` is the biLM operator's recurrence."""
+    _BILSTM_LAYER[:] = [layer_class]
+
+
+def reverse_padded(x: Tensor, lengths: Tensor) -> Tensor:
+    """Reverse each row of ``x (B, T, ...)`` within its length ``lengths (B,)``; positions past it stay put."""
+    steps = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+    index = torch.where(steps < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - steps, steps)
+    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
+
 
 def _no_autocast(device: torch.device):
     """The operators' dtypes are their inputs' (cast by the caller, [`call`]): autocast must not recast inside."""
@@ -138,10 +154,9 @@ def bilstm_layer_consts(layer: nn.Module, prepack: bool, first: bool) -> list[fl
 
 def _layer_view(weights: Sequence[Tensor], consts: Sequence[float]) -> nn.Module:
     """An ``ElmoBiLstmLayer`` over the given weights (no copy, no new parameters), for its recurrence."""
-    from .modeling_elmo import ElmoBiLstmLayer
-
+    (layer_class,) = _BILSTM_LAYER
     input_kernel, state_kernel, bias, projection = weights
-    view = ElmoBiLstmLayer.__new__(ElmoBiLstmLayer)
+    view = layer_class.__new__(layer_class)
     nn.Module.__init__(view)
     view.input_kernel, view.state_kernel, view.bias, view.projection = input_kernel, state_kernel, bias, projection
     view.projection_dim, view.lstm_dim = projection.shape[-1], projection.shape[-2]
@@ -165,8 +180,6 @@ def _bilstm_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
     inputs, lengths, *weights = tensors
     batch, steps, width = lengths.shape[0], inputs.shape[1], inputs.shape[2]
     if consts[6]:
-        from .graph_path_elmo import reverse_padded
-
         inputs = torch.stack([inputs, reverse_padded(inputs, lengths)])
     inputs = inputs.view(2, batch, steps, width)
     output = _bilstm_directions(inputs, lengths, weights, consts)
@@ -229,8 +242,6 @@ def _task_lstm_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
         output = PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
         return pad_packed_sequence(output, batch_first=True, total_length=words)[0]
     # Padded, no value read into Python: the backward direction reads each row reversed within its length.
-    from .graph_path_elmo import reverse_padded
-
     zero = state[:1]
     runs = []
     for k, x in enumerate((features, reverse_padded(features, lengths))):
@@ -310,4 +321,4 @@ def _crf_through_each_tag(tensors: list[Tensor], consts: list[float]) -> Tensor:
 _define("crf_through_each_tag", _crf_through_each_tag, lambda tensors, consts: torch.empty_like(tensors[0]))
 
 
-__all__ = ["NAMESPACE", "bilstm_layer_consts", "call", "crf_alphas", "task_lstm"]
+__all__ = ["NAMESPACE", "bilstm_layer_consts", "call", "crf_alphas", "reverse_padded", "task_lstm", "use_bilstm_layer"]

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .compiled_ops_elmo import bilstm_layer_consts, call
+from .compiled_ops_elmo import bilstm_layer_consts, call, reverse_padded
 
 
 def in_graph() -> bool:
@@ -55,13 +55,6 @@ def _scan():
     except ImportError as error:  # older torch
         raise RuntimeError(f"ELMo's graph path needs torch with torch._higher_order_ops.scan: {error}") from error
     return scan
-
-
-def reverse_padded(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Reverse each row of ``x (B, T, ...)`` within its length ``lengths (B,)``; positions past it stay put."""
-    steps = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
-    index = torch.where(steps < lengths.unsqueeze(1), lengths.unsqueeze(1) - 1 - steps, steps)
-    return x.gather(1, index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x))
 
 
 def encode_characters(cnn: nn.Module, char_ids: torch.Tensor) -> torch.Tensor:

@@ -55,6 +55,7 @@ from .checks_elmo import (
     follow_umask,
     mismatched_shapes,
 )
+from .compiled_ops_elmo import use_bilstm_layer
 from .configuration_elmo import ElmoConfig
 from .fast_path_elmo import BOTH_DIRECTIONS, PrepackedProducts, cpu_tanh
 from .graph_path_elmo import graph_layers, in_graph
@@ -355,6 +356,9 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         output = torch.cat(outputs, dim=1) if outputs else torch.zeros_like(inputs)
         # Rows that ended last come first: the batch is sorted by length.
         return output, torch.cat([h, *ended_h[::-1]], dim=1), torch.cat([c, *ended_c[::-1]], dim=1)
+
+
+use_bilstm_layer(ElmoBiLstmLayer)  # the recurrence that torch.compile's biLM operator runs (compiled_ops_elmo.py)
 
 
 class ElmoBiLm(nn.Module):
