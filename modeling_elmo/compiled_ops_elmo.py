@@ -26,11 +26,14 @@ import contextlib
 import math
 import re
 from collections.abc import Callable, Sequence
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+from .characters import PADDING_CHAR
 
 # "elmo" for the installed package; a copy of this file loaded as a model folder's remote code (transformers_modules.
 # ...) registers its own namespace, since an operator name can be registered once per process.
@@ -133,6 +136,82 @@ def _clip(value: float) -> float | None:
 
 def _setting(value: float | None) -> float:
     return math.nan if value is None else float(value)
+
+
+# --------------------------------------------------------------------------------------- character encoder
+
+# The character encoder class whose ``forward`` is ``elmo::token_layer``'s (``ElmoCharacterEncoder``), given by
+# modeling_elmo.py ([`use_char_encoder`]), and its empty copies on the meta device, one per structure.
+_CHAR_ENCODER: list[type[nn.Module]] = []
+_ENCODER_VIEWS: dict[tuple, nn.Module] = {}
+
+
+def use_char_encoder(encoder_class: type[nn.Module]) -> None:
+    """Name the class (``ElmoCharacterEncoder``) whose ``forward`` the token-layer operator runs."""
+    _CHAR_ENCODER[:] = [encoder_class]
+
+
+def char_encoder_consts(cnn: nn.Module) -> list[float]:
+    """The settings ``elmo::token_layer`` takes from an ``ElmoCharacterEncoder`` (its weights are the tensors):
+    the number of convolutions and of highway layers, the activation, the character vocabulary, a word input."""
+    return [
+        float(len(cnn.convolutions)),
+        float(len(cnn.highways)),
+        float(cnn.activation is torch.tanh),
+        float(cnn.padding_id != PADDING_CHAR + 1),  # ELMoForManyLangs' vocabulary pads with another id
+        float(cnn.word_input is not None),
+    ]
+
+
+def _encoder_view(weights: Sequence[Tensor], consts: Sequence[float]) -> tuple[nn.Module, dict[str, Tensor]]:
+    """An ``ElmoCharacterEncoder`` of the weights' structure on the meta device (no memory), and the weights by its
+    parameter names, for ``torch.func.functional_call``."""
+    (encoder_class,) = _CHAR_ENCODER
+    key = (*(tuple(w.shape) for w in weights), *consts)
+    if key not in _ENCODER_VIEWS:
+        n_convolutions, n_highway = int(consts[0]), int(consts[1])
+        embedding, convolutions = weights[0], weights[1 : 1 + 2 * n_convolutions : 2]
+        projection = weights[1 + 2 * n_convolutions + 4 * n_highway]
+        config = SimpleNamespace(
+            n_characters=embedding.shape[0],
+            char_embedding_dim=embedding.shape[1],
+            char_cnn_filters=[[w.shape[-1], w.shape[0]] for w in convolutions],
+            n_filters=sum(w.shape[0] for w in convolutions),
+            char_cnn_activation="tanh" if consts[2] else "relu",
+            n_highway=n_highway,
+            projection_dim=projection.shape[0],
+            char_vocabulary="manylangs" if consts[3] else "elmo",
+            word_vocab_size=weights[-2].shape[0] if consts[4] else 0,
+            word_embedding_dim=weights[-2].shape[1] if consts[4] else 0,
+        )
+        with torch.device("meta"):
+            _ENCODER_VIEWS[key] = encoder_class(config)
+    view = _ENCODER_VIEWS[key]
+    return view, dict(zip((name for name, _ in view.named_parameters()), weights, strict=True))
+
+
+def _token_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
+    """Layer 0 of the biLM's tokens, as the eager path computes it (each distinct word once, the convolutions up to
+    the longest word): ``ids (B, T, C)`` (``C + 1`` with a word input) of ``steps (B,)`` tokens each (``<S>``, the
+    words, ``</S>``), then the encoder's weights -> ``(B, T, P)``, zero past each row's steps."""
+    ids, steps, *weights = tensors
+    batch, positions = ids.shape[:2]
+    present = torch.arange(positions, device=ids.device) < steps.unsqueeze(1)  # (B, T)
+    view, named = _encoder_view(weights, consts)
+    tokens = weights[0].new_zeros(batch, positions, weights[1 + 2 * int(consts[0]) + 4 * int(consts[1])].shape[0])
+    if not bool(present.any()):  # zeros that depend on the weights (the recomputed backward needs a graph)
+        return tokens + 0 * sum(w.sum() for w in weights)
+    unique, inverse = torch.unique(ids[present], dim=0, return_inverse=True)
+    embedded = torch.func.functional_call(view, named, (unique,))
+    return tokens.to(embedded.dtype).index_put((present,), embedded[inverse])
+
+
+def _token_layer_fake(tensors: list[Tensor], consts: list[float]) -> Tensor:
+    ids, projection = tensors[0], tensors[3 + 2 * int(consts[0]) + 4 * int(consts[1])]
+    return projection.new_empty(*ids.shape[:2], projection.shape[0])
+
+
+_define("token_layer", _token_layer, _token_layer_fake)
 
 
 # ------------------------------------------------------------------------------------------------ biLM layer

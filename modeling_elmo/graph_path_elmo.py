@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .compiled_ops_elmo import bilstm_layer_consts, call, reverse_padded
+from .compiled_ops_elmo import bilstm_layer_consts, call, char_encoder_consts, reverse_padded
 
 
 def in_graph() -> bool:
@@ -134,8 +134,14 @@ def _layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, lengt
     ids = torch.cat([bos.expand(batch, 1, chars), words_only, input_ids.new_zeros(batch, 1, chars)], dim=1)
     ids = torch.where((positions == (lengths + 1).unsqueeze(1)).unsqueeze(-1), eos, ids)
     steps = lengths + 2
-    encoded = encode_characters(model.char_cnn, ids)  # (B, T, P), in autocast's dtype under autocast
-    tokens = encoded * (positions < steps.unsqueeze(1)).unsqueeze(-1).to(encoded.dtype)
+    if compiling() and ids.device.type == "cpu":
+        # The eager path's encoder as an operator: each distinct word once, the convolutions up to the longest word
+        # (reads values into Python, which a CUDA graph cannot: there inductor compiles it over all C positions).
+        cnn = model.char_cnn
+        tokens = call("token_layer", [ids, steps, *cnn.parameters()], char_encoder_consts(cnn))  # (B, T, P)
+    else:
+        encoded = encode_characters(model.char_cnn, ids)  # (B, T, P), in autocast's dtype under autocast
+        tokens = encoded * (positions < steps.unsqueeze(1)).unsqueeze(-1).to(encoded.dtype)
     layers = [torch.cat([tokens, tokens], dim=-1)]
     if compiling():  # operators on (2B, T, P): see compiled_ops_elmo._bilstm_layer
         inputs = tokens

@@ -55,7 +55,7 @@ from .checks_elmo import (
     follow_umask,
     mismatched_shapes,
 )
-from .compiled_ops_elmo import use_bilstm_layer
+from .compiled_ops_elmo import use_bilstm_layer, use_char_encoder
 from .configuration_elmo import ElmoConfig
 from .fast_path_elmo import BOTH_DIRECTIONS, PrepackedProducts, cpu_tanh
 from .graph_path_elmo import graph_layers, in_graph
@@ -163,6 +163,9 @@ class ElmoCharacterEncoder(nn.Module):
             # Max over positions first: relu and tanh are monotonic, so this equals the original's order.
             features.append(self.activation(feature))
         return torch.cat(features, dim=-1)
+
+
+use_char_encoder(ElmoCharacterEncoder)  # the encoder that torch.compile's token-layer operator runs (compiled_ops_elmo)
 
 
 def _length_split(ranked: torch.Tensor, min_words: int = 64, min_saving: float = 0.25) -> int | None:
