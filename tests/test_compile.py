@@ -392,6 +392,37 @@ def test_inductor_training_gradients_equal_eager(name):
         _same_gradients(got, want)
 
 
+def test_inductor_runs_the_eager_character_encoder_for_every_encoder_structure():
+    """The compiled character encoder (``elmo::token_layer``: the eager encoder itself, each distinct word once) on an
+    ELMoForManyLangs-shaped model: its own character vocabulary and padding id, a word input, tanh, 2 highways. The
+    elmo mix and every gradient as eager's, in a static then a dynamic graph; a word repeated in a batch counts once
+    in the encoder but its gradient flows from each of its positions."""
+    torch.manual_seed(0)
+    config = ElmoConfig(
+        **{**TINY, "char_cnn_filters": [[1, 3], [2, 5]], "n_highway": 2},
+        char_vocabulary="manylangs", n_characters=20, word_vocab_size=11, word_embedding_dim=3,
+        char_cnn_activation="tanh", freeze_bilm=False, elmo_dropout=0.0,
+    )  # fmt: skip
+    model = ElmoModel(config).train()
+    compiled = torch.compile(model)
+    for rows, words, seed in [(3, 5, 0), (4, 8, 1)]:
+        generator = torch.Generator().manual_seed(seed)
+        ids = torch.randint(7, 20, (rows, words, 50), generator=generator)
+        ids[..., 6:] = model.char_cnn.padding_id
+        ids[1, 1] = ids[0, 0]  # a repeated word
+        vocab_ids = torch.randint(0, 11, (rows, words), generator=generator)
+        mask = (torch.arange(words) < torch.tensor([words, *range(2, rows + 1)]).unsqueeze(1)).long()
+        inputs = dict(input_ids=ids * mask.unsqueeze(-1), attention_mask=mask, vocab_ids=vocab_ids)
+        compiled(**inputs).elmo.square().sum().backward()
+        got = _grads(model)
+        model(**inputs).elmo.square().sum().backward()
+        want = _grads(model)
+        names = [name for name, _ in model.named_parameters()]
+        assert got[names.index("char_cnn.char_embedding.weight")].abs().max() > 0  # the encoder trains
+        for g, w in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w, atol=BATCHING_ATOL * max(1.0, w.abs().max().item()), rtol=1e-5)
+
+
 def test_inductor_fullgraph_inference_and_training_of_the_crf_tagger():
     """``fullgraph=True`` with inductor: every recurrence of the heads (biLM, 2-layer task BiLSTM, CRF) in one graph,
     at inference (logits) and in training (gradients), as eager."""
