@@ -255,7 +255,15 @@ def pytest_runtest_teardown(item):
         counts = re.findall(r"(\d+) passing[^,]*, (\d+) failing", stats)
         if not counts:
             raise RuntimeError(f"hypothesis statistics in an unknown format; update conftest.py:\n{stats}")
-        _hypothesis_cases[item.nodeid] = sum(int(a) + int(b) for a, b in counts)
+        # On the report (user_properties), not only in this process: under pytest-xdist the summary is written by
+        # the controller, which sees the workers' reports.
+        item.user_properties.append(("hypothesis_cases", sum(int(a) + int(b) for a, b in counts)))
+
+
+def pytest_runtest_logreport(report):
+    for name, value in report.user_properties:
+        if name == "hypothesis_cases" and report.when == "teardown":
+            _hypothesis_cases[report.nodeid] = value
 
 
 def pytest_terminal_summary(terminalreporter):
