@@ -18,12 +18,19 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parent.parent
+# Each pytest-xdist worker compiles into its own inductor cache: two processes compiling the same kernel into one
+# cache at once left a truncated .so there ("file too short"). A cache the environment names is kept.
+if "PYTEST_XDIST_WORKER" in os.environ and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+        tempfile.gettempdir(), f"torchinductor_elmo_tests_{os.environ['PYTEST_XDIST_WORKER']}"
+    )
 VENDORED_FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
