@@ -6,7 +6,7 @@ For each dtype (float32, bfloat16: the model's weights cast) and batch size (1, 
 rounds in which eager and compiled alternate; each path's words/s is its median. Prints a Markdown table, the CPU
 (``/proc/cpuinfo``) and the load (``os.getloadavg``) before and after: the machine may be shared.
 
-    python benchmarks/bench_compile.py                       # original size (2x4096_512), ~10 min on 2 cores
+    python benchmarks/bench_compile.py                       # original size (2x4096_512), ~3 min on 2 cores
     python benchmarks/bench_compile.py --size tiny --repeats 3 --batch-sizes 1 4    # seconds: the harness
 """
 
