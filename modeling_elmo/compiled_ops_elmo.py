@@ -14,9 +14,10 @@ Off the CPU (CUDA) the implementations read no value into Python (no packing: ev
 past-the-end outputs zeroed), so that a CUDA graph (``mode="reduce-overhead"``) can capture them.
 
 Gradients: each operator ``elmo::NAME`` has a backward operator ``elmo::NAME_backward`` that re-runs the eager
-function under autograd and returns ``torch.autograd.grad`` of it (a recomputation: nothing but the inputs is saved).
-The functions draw no random numbers (the task BiLSTM's dropout runs between the layers, in the graph), so the
-recomputation is the forward's own function.
+function under ``torch.func.vjp`` and returns its vector-Jacobian product (a recomputation: nothing but the inputs
+is saved). The functions draw no random numbers (the task BiLSTM's dropout runs between the layers, in the graph),
+so the recomputation is the forward's own function; for the task BiLSTM, the same function step by step
+(``torch.func`` cannot differentiate ``torch.lstm``).
 
 Every operator takes ``tensors: list[Tensor]`` and ``consts: list[float]`` (settings; ``nan`` for ``None``) and
 returns one tensor; [`call`] is the way in.
@@ -64,29 +65,36 @@ def _no_autocast(device: torch.device):
     return torch.autocast(device.type, enabled=False) if device.type in ("cpu", "cuda") else contextlib.nullcontext()
 
 
-def _with_autograd():
-    """Autograd inside an operator's implementation (the dispatcher excludes its keys below the autograd key)."""
-    exclude = torch._C._dispatch_tls_local_exclude_set()
-    for key in (torch._C.DispatchKey.AutogradFunctionality, torch._C.DispatchKey.AutogradOther):
-        exclude = exclude.remove(key)
-    exclude = exclude.remove(torch._C.DispatchKey.AutogradNestedTensor)
-    return torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(), exclude)
-
-
-def _define(name: str, eager: Callable[[list[Tensor], list[float]], Tensor], fake: Callable) -> None:
-    """Register ``elmo::name`` (``eager`` as its implementation, ``fake`` for tracing) and its backward operator."""
+def _define(
+    name: str,
+    eager: Callable[[list[Tensor], list[float]], Tensor],
+    fake: Callable,
+    recompute: Callable[[list[Tensor], list[float]], Tensor] | None = None,
+) -> None:
+    """Register ``elmo::name`` (``eager`` as its implementation, ``fake`` for tracing) and its backward operator,
+    which differentiates ``recompute`` (default ``eager``: the same function, for what ``torch.func`` can trace)."""
+    recompute = recompute or eager
 
     def forward(tensors: list[Tensor], consts: list[float]) -> Tensor:
         with _no_autocast(tensors[0].device):
             return eager(list(tensors), list(consts)).contiguous()  # the fake's layout (inductor checks it)
 
     def backward(grad: Tensor, tensors: list[Tensor], consts: list[float]) -> list[Tensor]:
-        with _with_autograd(), torch.enable_grad(), _no_autocast(grad.device):
-            leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in tensors]
-            wanted = [leaf for leaf in leaves if leaf.requires_grad]
-            grads = iter(torch.autograd.grad(eager(leaves, list(consts)), wanted, grad, allow_unused=True))
-        # Not differentiable (lengths, masks) or unused: zeros, which the autograd formula drops or passes on.
-        found = [next(grads) if leaf.requires_grad else None for leaf in leaves]
+        # torch.func.vjp: an operator's implementation runs below the dispatcher's autograd keys, where
+        # torch.autograd.grad sees no graph; a functorch transform differentiates there.
+        floating = [k for k, t in enumerate(tensors) if t.is_floating_point()]
+
+        def function(*differentiable: Tensor) -> Tensor:
+            inputs = list(tensors)
+            for k, t in zip(floating, differentiable, strict=True):
+                inputs[k] = t
+            return recompute(inputs, list(consts))
+
+        with _no_autocast(grad.device):
+            _, pull_back = torch.func.vjp(function, *(tensors[k] for k in floating))
+            grads = iter(pull_back(grad))
+        # Not differentiable (lengths, masks): zeros, which the autograd formula drops.
+        found = [next(grads) if t.is_floating_point() else None for t in tensors]
         # An operator's outputs may alias neither its inputs nor each other (autograd can hand the incoming gradient
         # back as is, or one tensor as two inputs' gradients): a copy where one would.
         seen = {x.untyped_storage().data_ptr() for x in (grad, *tensors)}
@@ -338,7 +346,35 @@ def _task_lstm_layer_fake(tensors: list[Tensor], consts: list[float]) -> Tensor:
     return features.new_empty(*features.shape[:-1], 2 * w_hh.shape[-1])
 
 
-_define("task_lstm_layer", _task_lstm_layer, _task_lstm_layer_fake)
+def _task_lstm_layer_steps(tensors: list[Tensor], consts: list[float]) -> Tensor:
+    """[`_task_lstm_layer`]'s function step by step, for its gradient: ``torch.func`` cannot differentiate
+    ``torch.lstm`` ("Cannot access data pointer of Tensor that doesn't have storage"). ``nn.LSTM``'s gates (input,
+    forget, cell, output); a row's state stops at its length; the backward direction reads it reversed within it."""
+    features, lengths, *weights = tensors
+    batch, words, _ = features.shape
+    hidden = weights[1].shape[-1]
+    if words == 0 or batch == 0:
+        return features.new_zeros(batch, words, 2 * hidden) + 0 * sum(w.sum() for w in weights)
+    lengths = lengths.clamp(min=1)
+    live = (torch.arange(words, device=features.device) < lengths.unsqueeze(1)).unsqueeze(-1)  # (B, W, 1)
+    runs = []
+    for k, x in enumerate((features, reverse_padded(features, lengths))):
+        w_ih, w_hh, b_ih, b_hh = weights[4 * k : 4 * k + 4]
+        gates_in = F.linear(x, w_ih, b_ih)  # (B, W, 4H)
+        h = c = features.new_zeros(batch, hidden)
+        outputs = []
+        for t in range(words):
+            i, f, g, o = (gates_in[:, t] + F.linear(h, w_hh, b_hh)).chunk(4, dim=-1)
+            c_next = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+            h_next = torch.sigmoid(o) * torch.tanh(c_next)
+            h, c = torch.where(live[:, t], h_next, h), torch.where(live[:, t], c_next, c)
+            outputs.append(h_next)
+        runs.append(torch.stack(outputs, dim=1))
+    output = torch.cat([runs[0], reverse_padded(runs[1], lengths)], dim=-1)
+    return output * live.to(output.dtype)
+
+
+_define("task_lstm_layer", _task_lstm_layer, _task_lstm_layer_fake, recompute=_task_lstm_layer_steps)
 
 
 def task_lstm(lstm: nn.Module, features: Tensor, lengths: Tensor) -> Tensor:
