@@ -313,10 +313,12 @@ _define("bilstm_layer", _bilstm_layer, _bilstm_layer_fake)
 # ------------------------------------------------------------------------------------------- task BiLSTM layer
 
 
-def _task_lstm_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
+def _task_lstm_layer(tensors: list[Tensor], consts: list[float], steps: bool = False) -> Tensor:
     """One layer of a task BiLSTM (``nn.LSTM``'s weights and gates): ``features (B, W, F)``, ``lengths (B,)``, then
     ``W_ih, W_hh, b_ih, b_hh`` of the forward and of the backward direction -> ``(B, W, 2H)``, zero past each row's
-    length (an empty row runs one step at its first position, as in eager mode)."""
+    length (an empty row runs one step at its first position, as in eager mode). ``steps``: the same function step
+    by step ([`_lstm_steps`]), for the backward operator (``torch.func`` cannot differentiate ``torch.lstm``: "Cannot
+    access data pointer of Tensor that doesn't have storage")."""
     features, lengths, *weights = tensors
     batch, words, _ = features.shape
     hidden = weights[1].shape[-1]
@@ -324,21 +326,45 @@ def _task_lstm_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
         # Zeros that depend on the weights: the recomputed backward needs an output in the autograd graph.
         return features.new_zeros(batch, words, 2 * hidden) + 0 * sum(w.sum() for w in weights)
     lengths = lengths.clamp(min=1)
-    state = features.new_zeros(2, batch, hidden)
+    if steps:
+        return _both_directions(features, lengths, weights, _lstm_steps)
     if features.device.type == "cpu":  # the eager path's packed sequences
+        state = features.new_zeros(2, batch, hidden)
         packed = pack_padded_sequence(features, lengths.cpu(), batch_first=True, enforce_sorted=False)
         data, _, _ = torch.lstm(packed.data, packed.batch_sizes, (state, state), weights, True, 1, 0.0, False, True)
         output = PackedSequence(data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
         return pad_packed_sequence(output, batch_first=True, total_length=words)[0]
-    # Padded, no value read into Python: the backward direction reads each row reversed within its length.
-    zero = state[:1]
-    runs = []
-    for k, x in enumerate((features, reverse_padded(features, lengths))):
-        out, _, _ = torch.lstm(x, (zero, zero), weights[4 * k : 4 * k + 4], True, 1, 0.0, False, False, True)
-        runs.append(out)
+    return _both_directions(features, lengths, weights, _lstm_direction)
+
+
+def _both_directions(features: Tensor, lengths: Tensor, weights: list[Tensor], direction: Callable) -> Tensor:
+    """Both directions on the padded batch, no value read into Python: ``direction(x (B, W, F), W_ih, W_hh, b_ih,
+    b_hh) -> (B, W, H)`` reads left to right, the backward direction each row reversed within its length (its steps
+    past the end come after its real ones and never reach them) -> ``(B, W, 2H)``, zero past each row's length."""
+    runs = [
+        direction(x, *weights[4 * k : 4 * k + 4]) for k, x in enumerate((features, reverse_padded(features, lengths)))
+    ]
     output = torch.cat([runs[0], reverse_padded(runs[1], lengths)], dim=-1)
-    live = torch.arange(words, device=features.device) < lengths.unsqueeze(1)
+    live = torch.arange(features.shape[1], device=features.device) < lengths.unsqueeze(1)
     return output * live.unsqueeze(-1).to(output.dtype)
+
+
+def _lstm_direction(x: Tensor, *weights: Tensor) -> Tensor:
+    zero = x.new_zeros(1, x.shape[0], weights[1].shape[-1])
+    return torch.lstm(x, (zero, zero), list(weights), True, 1, 0.0, False, False, True)[0]
+
+
+def _lstm_steps(x: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor) -> Tensor:
+    """[`_lstm_direction`] step by step (``nn.LSTM``'s gates: input, forget, cell, output)."""
+    gates_in = F.linear(x, w_ih, b_ih)  # (B, W, 4H)
+    h = c = x.new_zeros(x.shape[0], w_hh.shape[-1])
+    outputs = []
+    for t in range(x.shape[1]):
+        i, f, g, o = (gates_in[:, t] + F.linear(h, w_hh, b_hh)).chunk(4, dim=-1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        outputs.append(h)
+    return torch.stack(outputs, dim=1)
 
 
 def _task_lstm_layer_fake(tensors: list[Tensor], consts: list[float]) -> Tensor:
@@ -346,35 +372,12 @@ def _task_lstm_layer_fake(tensors: list[Tensor], consts: list[float]) -> Tensor:
     return features.new_empty(*features.shape[:-1], 2 * w_hh.shape[-1])
 
 
-def _task_lstm_layer_steps(tensors: list[Tensor], consts: list[float]) -> Tensor:
-    """[`_task_lstm_layer`]'s function step by step, for its gradient: ``torch.func`` cannot differentiate
-    ``torch.lstm`` ("Cannot access data pointer of Tensor that doesn't have storage"). ``nn.LSTM``'s gates (input,
-    forget, cell, output); a row's state stops at its length; the backward direction reads it reversed within it."""
-    features, lengths, *weights = tensors
-    batch, words, _ = features.shape
-    hidden = weights[1].shape[-1]
-    if words == 0 or batch == 0:
-        return features.new_zeros(batch, words, 2 * hidden) + 0 * sum(w.sum() for w in weights)
-    lengths = lengths.clamp(min=1)
-    live = (torch.arange(words, device=features.device) < lengths.unsqueeze(1)).unsqueeze(-1)  # (B, W, 1)
-    runs = []
-    for k, x in enumerate((features, reverse_padded(features, lengths))):
-        w_ih, w_hh, b_ih, b_hh = weights[4 * k : 4 * k + 4]
-        gates_in = F.linear(x, w_ih, b_ih)  # (B, W, 4H)
-        h = c = features.new_zeros(batch, hidden)
-        outputs = []
-        for t in range(words):
-            i, f, g, o = (gates_in[:, t] + F.linear(h, w_hh, b_hh)).chunk(4, dim=-1)
-            c_next = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-            h_next = torch.sigmoid(o) * torch.tanh(c_next)
-            h, c = torch.where(live[:, t], h_next, h), torch.where(live[:, t], c_next, c)
-            outputs.append(h_next)
-        runs.append(torch.stack(outputs, dim=1))
-    output = torch.cat([runs[0], reverse_padded(runs[1], lengths)], dim=-1)
-    return output * live.to(output.dtype)
-
-
-_define("task_lstm_layer", _task_lstm_layer, _task_lstm_layer_fake, recompute=_task_lstm_layer_steps)
+_define(
+    "task_lstm_layer",
+    _task_lstm_layer,
+    _task_lstm_layer_fake,
+    recompute=lambda tensors, consts: _task_lstm_layer(tensors, consts, steps=True),
+)
 
 
 def task_lstm(lstm: nn.Module, features: Tensor, lengths: Tensor) -> Tensor:
