@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .characters import PADDING_CHAR
+from .native_steps_elmo import native_recurrence, native_steps_available
 
 # "elmo" for the installed package; a copy of this file loaded as a model folder's remote code (transformers_modules.
 # ...) registers its own namespace, since an operator name can be registered once per process.
@@ -241,10 +242,13 @@ def bilstm_layer_consts(layer: nn.Module, prepack: bool, first: bool) -> list[fl
     ]
 
 
-def _layer_view(weights: Sequence[Tensor], consts: Sequence[float]) -> nn.Module:
-    """An ``ElmoBiLstmLayer`` over the given weights (no copy, no new parameters), for its recurrence."""
+def _layer_view(weights: Sequence[Tensor], consts: Sequence[float], native: bool = False) -> nn.Module:
+    """An ``ElmoBiLstmLayer`` over the given weights (no copy, no new parameters), for its recurrence; ``native``:
+    its steps in C++ (``native_steps_elmo.py``)."""
     (layer_class,) = _BILSTM_LAYER
     input_kernel, state_kernel, bias, projection = weights
+    if native:
+        layer_class = _native_layer_class(layer_class)
     view = layer_class.__new__(layer_class)
     nn.Module.__init__(view)
     view.input_kernel, view.state_kernel, view.bias, view.projection = input_kernel, state_kernel, bias, projection
@@ -256,7 +260,19 @@ def _layer_view(weights: Sequence[Tensor], consts: Sequence[float]) -> nn.Module
     return view
 
 
-def _bilstm_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
+_NATIVE_CLASSES: dict[type[nn.Module], type[nn.Module]] = {}
+
+
+def _native_layer_class(layer_class: type[nn.Module]) -> type[nn.Module]:
+    """``layer_class`` with its ``recurrence`` (all the steps) as the C++ step loop."""
+    if layer_class not in _NATIVE_CLASSES:
+        _NATIVE_CLASSES[layer_class] = type(
+            f"Native{layer_class.__name__}", (layer_class,), {"recurrence": native_recurrence}
+        )
+    return _NATIVE_CLASSES[layer_class]
+
+
+def _bilstm_layer(tensors: list[Tensor], consts: list[float], native: bool = False) -> Tensor:
     """One biLM layer from zero states, both directions: ``inputs (2B, T, P)``, the forward direction's rows then
     the backward one's (reversed within each row's length), or with ``consts[6]`` the first layer's tokens
     ``(B, T, P)`` in reading order (the operator reverses them); ``lengths (B,)`` steps per row; the layer's four
@@ -271,13 +287,18 @@ def _bilstm_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
     if consts[6]:
         inputs = torch.stack([inputs, reverse_padded(inputs, lengths)])
     inputs = inputs.view(2, batch, steps, width)
-    output = _bilstm_directions(inputs, lengths, weights, consts)
+    output = _bilstm_directions(inputs, lengths, weights, consts, native)
     output = output + inputs if consts[5] else output
     return output.reshape(2 * batch, steps, output.shape[-1])
 
 
-def _bilstm_directions(inputs: Tensor, lengths: Tensor, weights: list[Tensor], consts: list[float]) -> Tensor:
-    layer = _layer_view(weights, consts)
+def _bilstm_directions(
+    inputs: Tensor, lengths: Tensor, weights: list[Tensor], consts: list[float], native: bool
+) -> Tensor:
+    # The C++ steps: in the forward operator on the CPU (the backward recomputes in Python, which torch.func can
+    # differentiate), for the dtypes the kernel takes.
+    native = native and inputs.device.type == "cpu" and inputs.dtype in (torch.float32, torch.bfloat16)
+    layer = _layer_view(weights, consts, native=native and native_steps_available())
     _, batch, steps, width = inputs.shape
     live = torch.arange(steps, device=inputs.device) < lengths.unsqueeze(1)  # (B, T)
     h = inputs.new_zeros(2, batch, width)
@@ -307,7 +328,12 @@ def _bilstm_layer_fake(tensors: list[Tensor], consts: list[float]) -> Tensor:
     return inputs.new_empty(2 * lengths.shape[0], inputs.shape[1], projection.shape[-1], dtype=projection.dtype)
 
 
-_define("bilstm_layer", _bilstm_layer, _bilstm_layer_fake)
+_define(
+    "bilstm_layer",
+    lambda tensors, consts: _bilstm_layer(tensors, consts, native=True),
+    _bilstm_layer_fake,
+    recompute=_bilstm_layer,
+)
 
 
 # ------------------------------------------------------------------------------------------- task BiLSTM layer

@@ -232,6 +232,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
     use_prepacked_weights: bool = True
     prepack_min_elements: int = 1 << 20
     prepack_min_rows: int = 2
+    gate_block_rows: int = GATE_BLOCK_ROWS  # the input product runs for this many packed steps at a time
 
     def gate_bias(self) -> torch.Tensor:
         """``B`` plus the forget bias 1, ``(2, 4D)``, in the weights' dtype."""
@@ -334,7 +335,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         """The LSTM steps of ``directions`` (``G`` of them) with the three products of ``products`` (this layer, or
         the fast path's): ``inputs (G, N, P)``, ``h (G, B, P)``, ``c (G, B, D)``, ``bias (G, 4D)`` -> the un-added
         outputs ``(G, N, P)`` and the final ``h``, ``c`` (as ``forward``)."""
-        # The input part of the gates, for blocks of GATE_BLOCK_ROWS packed steps at a time (usually all of
+        # The input part of the gates, for blocks of gate_block_rows packed steps at a time (usually all of
         # them at once): memory does not grow with N x 4D for very long inputs.
         input_gates, block_start, block_end = None, 0, 0
         outputs, ended_h, ended_c = [], [], []
@@ -345,7 +346,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
                 ended_c.append(c[:, n:])
                 h, c = h[:, :n], c[:, :n]
             if offset + n > block_end:
-                block_start, block_end = offset, offset + max(n, GATE_BLOCK_ROWS)
+                block_start, block_end = offset, offset + max(n, self.gate_block_rows)
                 input_gates = None  # free the previous block first
                 input_gates = products.input_gates(inputs[:, block_start:block_end], bias, directions)
             start = offset - block_start

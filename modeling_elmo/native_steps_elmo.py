@@ -1,0 +1,338 @@
+"""The biLM layer's steps as one C++ call (``SOURCE``: ``torch.ops.elmo_native.lstm_steps``), for the
+compiled path on the CPU only.
+
+Why: under ``torch.compile`` the biLM layer is an operator whose implementation is the eager path's recurrence
+(``compiled_ops_elmo.py``), so compiled ran at eager's speed at best. The step loop in C++ runs the same products
+(oneDNN's prepacked ones at inference, torch's batched ones otherwise) with the cell in one pass over the four
+gates and no Python between the steps, which is what makes the compiled path the faster one (docs/speed.md).
+Inductor needs a C++ compiler at run time anyway; the eager path never builds or runs this, so the package still
+installs and runs eagerly without one.
+
+The library (``SOURCE``, below) is built at the first compiled call (about 7 s), with the compiler inductor would
+use (``$CXX``, else ``c++``), for the CPU capability torch dispatches to (``torch.backends.cpu.get_cpu_capability()``,
+which ``ATEN_CPU_CAPABILITY`` can lower), into torch's extension cache (``$TORCH_EXTENSIONS_DIR``, default
+``~/.cache/torch_extensions``) under a name that hashes the source, the flags and torch's version; later processes
+load it from there. The source is a string here, not a file beside this module, so that a model folder's remote code
+(which carries Python files only) builds it too. Where it cannot be built (no compiler), one warning says why and
+the compiled path keeps the Python recurrence: slower, the same results.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch.utils import cpp_extension
+
+logger = logging.getLogger(__name__)
+
+
+# The vector extensions of each CPU capability torch dispatches to (x86; others build with the compiler's default).
+_CAPABILITY_FLAGS = {
+    "AVX512": ["-mavx512f", "-mavx512dq", "-mavx512vl", "-mavx512bw", "-mfma"],
+    "AVX2": ["-mavx2", "-mfma"],
+}
+
+
+def _command(source: Path, output: Path) -> list[str]:
+    compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "clang++"
+    library = Path(torch.__file__).parent / "lib"
+    return [
+        compiler,
+        "-shared",
+        "-fPIC",
+        "-O3",
+        "-std=c++20",
+        "-ffast-math",  # the cell's exp vectorised (glibc's vector math); it never sees inf or NaN weights
+        "-fopenmp",  # at::parallel_for's OpenMP loop, on torch's own runtime
+        *_CAPABILITY_FLAGS.get(torch.backends.cpu.get_cpu_capability(), []),
+        f"-D_GLIBCXX_USE_CXX11_ABI={int(torch.compiled_with_cxx11_abi())}",
+        *(f"-I{path}" for path in cpp_extension.include_paths()),
+        str(source),
+        "-o",
+        str(output),
+        f"-L{library}",
+        "-lc10",
+        "-ltorch_cpu",
+        f"-Wl,-rpath,{library}",
+    ]
+
+
+def _library_path() -> Path:
+    """Where the built library for this source, torch and CPU capability lives."""
+    key = hashlib.sha256()
+    key.update(SOURCE.encode())
+    key.update(" ".join(_command(Path("source.cpp"), Path("out"))).encode())
+    key.update(torch.__version__.encode())
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
+    return Path(root) / f"elmo_lstm_steps_{key.hexdigest()[:16]}.so"
+
+
+def _build(path: Path) -> None:
+    """Compile ``SOURCE`` to ``path`` in a temporary folder beside it, then rename the library into place: a process
+    that loads ``path`` never sees half a library, and two processes that build at once both end with a whole one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=path.stem + ".", dir=path.parent) as folder:
+        source, library = Path(folder) / "lstm_steps.cpp", Path(folder) / path.name
+        source.write_text(SOURCE, encoding="utf-8")
+        result = subprocess.run(_command(source, library), capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"the C++ compiler failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
+        os.replace(library, path)
+
+
+@functools.cache
+def native_steps_available() -> bool:
+    """Whether ``torch.ops.elmo_native.lstm_steps`` is loaded, building it on the first call (once per process)."""
+    if hasattr(torch.ops.elmo_native, "lstm_steps"):  # loaded by another copy of this module (remote code)
+        return True
+    try:
+        path = _library_path()
+        if not path.is_file():
+            logger.info("building ELMo's compiled step loop into %s (once, about 7 s)", path)
+            _build(path)
+        torch.ops.load_library(str(path))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as error:
+        logger.warning(
+            "ELMo's compiled biLM runs its recurrence in Python (slower, the same results): its C++ step loop "
+            "could not be built or loaded: %s",
+            error,
+        )
+        return False
+    return True
+
+
+def native_recurrence(
+    layer,
+    products,
+    inputs: torch.Tensor,
+    h: torch.Tensor,
+    c: torch.Tensor,
+    bias: torch.Tensor,
+    batch_sizes: Sequence[int],
+    directions: slice,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``ElmoBiLstmLayer.recurrence`` with the steps in ``torch.ops.elmo_native.lstm_steps``: the same arguments
+    (``products``: the layer itself, or the CPU fast path's ``PrepackedProducts`` of one direction) and results;
+    the input product in blocks of about ``layer.gate_block_rows`` packed steps, as there."""
+    if products is layer:
+        packed, min_rows = [None, None], 0
+    else:
+        packed = [products.packed[weight][directions][0] for weight in (1, 2)]
+        min_rows = products.min_rows
+    clips = [None if clip is None else float(clip) for clip in (layer.cell_clip, layer.proj_clip)]
+    state, projection = layer.state_kernel[directions], layer.projection[directions]
+    outputs, offset, first = [], 0, 0
+    sizes = list(batch_sizes)
+    while first < len(sizes):  # blocks of whole steps, at least one
+        last, rows = first + 1, sizes[first]
+        while last < len(sizes) and rows + sizes[last] <= layer.gate_block_rows:
+            rows += sizes[last]
+            last += 1
+        gates = products.input_gates(inputs[:, offset : offset + rows], bias, directions)
+        output, h, c = torch.ops.elmo_native.lstm_steps(
+            gates, h, c, sizes[first:last], state, projection, *packed, min_rows, *clips
+        )
+        outputs.append(output)
+        offset, first = offset + rows, last
+    output = torch.cat(outputs, dim=1) if outputs else torch.zeros_like(inputs)
+    return output, h, c
+
+
+SOURCE = r"""
+// The biLM layer's steps in one call (elmo_native::lstm_steps), for the compiled path on the CPU: the products the
+// eager path picks (oneDNN's prepacked ones or torch's batched ones, through the dispatcher), the cell in one pass
+// over the four gates, and no Python between the steps. ElmoBiLstmLayer.recurrence (modeling_elmo.py) is the same
+// computation in Python.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/baddbmm.h>
+#include <ATen/ops/bmm.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+
+namespace {
+
+inline float from_bf16(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline uint16_t to_bf16(float f) {  // round to nearest even, as torch
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return uint16_t(u >> 16);
+}
+
+inline float load(const float* p, int64_t k) { return p[k]; }
+inline float load(const uint16_t* p, int64_t k) { return from_bf16(p[k]); }
+inline void store(float* p, int64_t k, float v) { p[k] = v; }
+inline void store(uint16_t* p, int64_t k, float v) { p[k] = to_bf16(v); }
+inline float round_as(const float*, float v) { return v; }
+inline float round_as(const uint16_t*, float v) { return from_bf16(to_bf16(v)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+// ElmoBiLstmLayer.cell: gates (rows, 4D) i, j, f, o in T, c (rows, D) float32 -> the clipped new c (float32) and
+// sigmoid(o) tanh(c) in T. In bfloat16 the gates' activations are rounded to bfloat16, as torch's bfloat16 ops
+// round them in the eager cell; the cell state stays float32 there too.
+template <typename T>
+void cell(const T* gates, const float* c, float* c_out, T* memory, int64_t rows, int64_t d, float clip) {
+  constexpr int64_t B = 512;
+  const int64_t blocks = (d + B - 1) / B;
+  at::parallel_for(0, rows * blocks, 4, [&](int64_t first, int64_t last) {
+    alignas(64) float i[B], j[B], f[B], o[B], m[B];
+    for (int64_t w = first; w < last; ++w) {
+      const int64_t r = w / blocks, k0 = (w % blocks) * B, n = std::min(B, d - k0);
+      const T* g = gates + r * 4 * d + k0;
+      for (int64_t q = 0; q < n; ++q) {
+        i[q] = load(g, q);
+        j[q] = load(g, d + q);
+        f[q] = load(g, 2 * d + q);
+        o[q] = load(g, 3 * d + q);
+      }
+      const float* cr = c + r * d + k0;
+      float* cw = c_out + r * d + k0;
+#pragma omp simd
+      for (int64_t q = 0; q < n; ++q) {
+        i[q] = sigmoid(i[q]);
+        j[q] = 2.0f * sigmoid(2.0f * j[q]) - 1.0f;  // tanh
+        f[q] = sigmoid(f[q]);
+        o[q] = sigmoid(o[q]);
+      }
+      for (int64_t q = 0; q < n; ++q) {
+        i[q] = round_as(g, i[q]);
+        j[q] = round_as(g, j[q]);
+        f[q] = round_as(g, f[q]);
+        o[q] = round_as(g, o[q]);
+      }
+#pragma omp simd
+      for (int64_t q = 0; q < n; ++q) {
+        float v = f[q] * cr[q] + i[q] * j[q];
+        v = v < -clip ? -clip : (v > clip ? clip : v);
+        cw[q] = v;
+        m[q] = o[q] * (2.0f * sigmoid(2.0f * v) - 1.0f);
+      }
+      T* mw = memory + r * d + k0;
+      for (int64_t q = 0; q < n; ++q) store(mw, q, m[q]);
+    }
+  });
+}
+
+// gates (G, n, 4D) float32 or bfloat16, c (G, n, D) float32 -> (new c, the projection's input in the gates' dtype).
+std::tuple<at::Tensor, at::Tensor> run_cell(const at::Tensor& gates, const at::Tensor& c,
+                                             std::optional<double> clip) {
+  const int64_t rows = c.size(0) * c.size(1), d = c.size(2);
+  auto g = gates.contiguous();
+  auto cc = c.contiguous();
+  auto c_out = at::empty_like(cc);
+  auto memory = at::empty(cc.sizes(), g.options());
+  // No clip: the largest float (not infinity, which -ffast-math assumes never occurs).
+  const float limit = clip.has_value() ? float(*clip) : std::numeric_limits<float>::max();
+  if (g.scalar_type() == at::kFloat) {
+    cell(g.data_ptr<float>(), cc.data_ptr<float>(), c_out.data_ptr<float>(), memory.data_ptr<float>(), rows, d, limit);
+  } else {
+    cell(reinterpret_cast<const uint16_t*>(g.data_ptr()), cc.data_ptr<float>(), c_out.data_ptr<float>(),
+         reinterpret_cast<uint16_t*>(memory.data_ptr()), rows, d, limit);
+  }
+  return {c_out, memory};
+}
+
+at::Tensor boxed(const c10::OperatorHandle& op, torch::jit::Stack stack) {
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+// ElmoBiLstmLayer.recurrence for G directions: input_gates (G, N, 4D) (the input product of the N packed steps,
+// bias included), h (G, B, P), c (G, B, D) float32, batch_sizes (rows running at each step, non-increasing, at most
+// B) -> outputs (G, N, P), and the final h, c (rows that end take their state from their last step). The products:
+// with state_packed and projection_packed (oneDNN's prepacked copies of one direction, G = 1), oneDNN's for steps
+// of at least min_rows rows; else torch's batched ones with state_kernel (G, P, 4D) and projection (G, D, P).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps(
+    const at::Tensor& input_gates, at::Tensor h, at::Tensor c, c10::IntArrayRef batch_sizes,
+    const at::Tensor& state_kernel, const at::Tensor& projection, const std::optional<at::Tensor>& state_packed,
+    const std::optional<at::Tensor>& projection_packed, int64_t min_rows, std::optional<double> cell_clip,
+    std::optional<double> proj_clip) {
+  static auto linear = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  static auto linear_add = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "binary");
+  TORCH_CHECK(c.scalar_type() == at::kFloat, "lstm_steps: the cell state must be float32");
+  TORCH_CHECK(input_gates.scalar_type() == at::kFloat || input_gates.scalar_type() == at::kBFloat16,
+              "lstm_steps: float32 or bfloat16 gates");
+  const bool prepacked = state_packed.has_value() && projection_packed.has_value();
+  TORCH_CHECK(!prepacked || h.size(0) == 1, "lstm_steps: prepacked products run one direction");
+  const int64_t groups = h.size(0), rows = h.size(1);
+  auto outputs = at::empty({groups, input_gates.size(1), h.size(2)}, h.options());
+  auto h_final = at::empty_like(h), c_final = at::empty_like(c);
+  c10::impl::GenericList no_scalars(c10::OptionalType::create(c10::NumberType::get()));
+  int64_t offset = 0, running = rows;
+  for (int64_t n : batch_sizes) {
+    TORCH_CHECK(n <= running, "lstm_steps: batch_sizes must not increase");
+    if (n < running) {  // rows n.. ended at the previous step
+      h_final.narrow(1, n, running - n).copy_(h.narrow(1, n, running - n));
+      c_final.narrow(1, n, running - n).copy_(c.narrow(1, n, running - n));
+      h = h.narrow(1, 0, n);
+      c = c.narrow(1, 0, n);
+      running = n;
+    }
+    auto step_gates = input_gates.narrow(1, offset, n);
+    const bool packed = prepacked && n >= min_rows;
+    at::Tensor gates;
+    if (packed) {
+      gates = boxed(linear_add, {h[0].contiguous(), step_gates[0].contiguous(), *state_packed, c10::IValue(),
+                                 std::string("add")})
+                  .unsqueeze(0);
+    } else {
+      gates = at::baddbmm(step_gates, h, state_kernel);
+    }
+    auto [c_new, memory] = run_cell(gates, c, cell_clip);
+    at::Tensor h_new;
+    if (packed) {
+      h_new = boxed(linear, {memory[0], *projection_packed, c10::IValue(), std::string("none"), no_scalars,
+                             std::string("")})
+                  .unsqueeze(0);
+    } else {
+      h_new = at::bmm(memory, projection);
+    }
+    if (proj_clip.has_value()) h_new.clamp_(-*proj_clip, *proj_clip);
+    outputs.narrow(1, offset, n).copy_(h_new);
+    h = h_new;
+    c = c_new;
+    offset += n;
+  }
+  h_final.narrow(1, 0, running).copy_(h);
+  c_final.narrow(1, 0, running).copy_(c);
+  return {outputs, h_final, c_final};
+}
+
+}  // namespace
+
+TORCH_LIBRARY(elmo_native, m) {
+  m.def(
+      "lstm_steps(Tensor input_gates, Tensor h, Tensor c, int[] batch_sizes, Tensor state_kernel, Tensor projection, "
+      "Tensor? state_packed, Tensor? projection_packed, int min_rows, float? cell_clip, float? proj_clip) -> "
+      "(Tensor, Tensor, Tensor)");
+  m.impl("lstm_steps", c10::DispatchKey::CPU, TORCH_FN(lstm_steps));
+  m.impl("lstm_steps", c10::DispatchKey::MkldnnCPU, TORCH_FN(lstm_steps));  // with oneDNN's prepacked weights
+}
+"""
+
+
+__all__ = ["SOURCE", "native_recurrence", "native_steps_available"]

@@ -1,0 +1,150 @@
+"""The compiled path's C++ step loop (``native_steps_elmo.py``): the biLM layer's steps as the Python recurrence
+computes them, used by a compiled model on the CPU, and a clear fallback where it cannot be built."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from helpers import TINY
+
+from modeling_elmo import ElmoConfig, ElmoModel
+from modeling_elmo.fast_path_elmo import PrepackedProducts, _PrepackedWeights
+from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
+from modeling_elmo.native_steps_elmo import native_recurrence, native_steps_available
+
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.skipif(
+        shutil.which(os.environ.get("CXX") or "c++") is None, reason="no C++ compiler (torch.compile needs one too)"
+    ),
+]
+
+BATCH_SIZES = [4, 4, 3, 3, 2, 1, 1]  # rows running at each step: rows end at steps 2, 4, 5 and 7
+
+
+def _layer(dtype: torch.dtype, clips: bool) -> ElmoBiLstmLayer:
+    torch.manual_seed(0)
+    # Clips that bind: cell states reach 3 and outputs 2 unclipped.
+    config = ElmoConfig(**{**TINY, "cell_clip": 1.0 if clips else None, "proj_clip": 0.5 if clips else None})
+    layer = ElmoBiLstmLayer(config, residual=False)
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.normal_(0, 0.5)
+    return layer.to(dtype)
+
+
+def _state(layer: ElmoBiLstmLayer, groups: int, dtype: torch.dtype):
+    """Packed inputs ``(G, N, P)`` and non-zero initial states (G, B, P), (G, B, D): carried states are inputs too."""
+    generator = torch.Generator().manual_seed(1)
+    rows, steps = BATCH_SIZES[0], sum(BATCH_SIZES)
+    inputs = torch.randn(groups, steps, layer.projection_dim, generator=generator).to(dtype)
+    h = torch.randn(groups, rows, layer.projection_dim, generator=generator).to(dtype)
+    c = torch.randn(groups, rows, layer.lstm_dim, generator=generator)
+    return inputs, h, c
+
+
+@pytest.mark.parametrize("block_rows", [1024, 3], ids=["one-block", "blocks-of-3-rows"])
+@pytest.mark.parametrize("clips", [True, False], ids=["clipped", "unclipped"])
+@pytest.mark.parametrize("products", ["plain", "prepacked"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_native_steps_equal_the_python_recurrence(dtype, products, clips, block_rows, monkeypatch):
+    """Against ``ElmoBiLstmLayer.recurrence`` step by step in Python: both directions batched with torch's products,
+    or one direction with oneDNN's prepacked ones (the steps of one row with the plain product, ``min_rows`` 2);
+    rows that end early keep their last state; the input product in blocks."""
+    assert native_steps_available()
+    layer = _layer(dtype, clips)
+    monkeypatch.setattr(layer, "gate_block_rows", block_rows)
+    with torch.no_grad():
+        if products == "prepacked":
+            if not _PrepackedWeights.supported(dtype):
+                pytest.skip(f"oneDNN has no prepacked {dtype} products on this CPU")
+            monkeypatch.setattr(layer, "prepack_min_elements", 0)
+            inputs, h, c = _state(layer, 1, dtype)
+            chosen = PrepackedProducts.for_layer(layer, h)
+            assert chosen is not None and chosen.min_rows == (2 if dtype == torch.float32 else 0)
+            directions = slice(1, 2)
+        else:
+            monkeypatch.setattr(layer, "use_prepacked_weights", False)
+            inputs, h, c = _state(layer, 2, dtype)
+            chosen, directions = layer, slice(0, 2)
+        bias = layer.gate_bias()[directions]
+        want = layer.recurrence(chosen, inputs, h, c, bias, BATCH_SIZES, directions)
+        got = native_recurrence(layer, chosen, inputs, h, c, bias, BATCH_SIZES, directions)
+    for name, g, w in zip(("outputs", "h", "c"), got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape, name
+        if dtype == torch.float32:
+            # The same products; the cell's exp is glibc's vector one, not torch's (measured up to 7.8e-7).
+            torch.testing.assert_close(g, w, atol=5e-6, rtol=0, msg=name)
+        else:
+            # bfloat16 activations rounded as torch rounds them (measured: outputs equal, c within 2.4e-7); an exp 1
+            # ulp apart can round one the other way, one bfloat16 step (7.8e-3 at 2): two steps allowed.
+            torch.testing.assert_close(g.float(), w.float(), atol=1.6e-2, rtol=0, msg=name)
+    assert not torch.equal(got[2], c)  # the states moved
+    if clips:  # the clips bind
+        assert want[2].abs().max() == 1.0 and want[0].abs().max() == 0.5
+
+
+@pytest.mark.slow
+def test_a_compiled_model_runs_the_native_steps():
+    """``torch.compile(ElmoModel)`` on the CPU at inference: the profile holds ``elmo_native::lstm_steps`` (one call
+    per layer and direction group) and the outputs equal eager's."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = ElmoModel(ElmoConfig(**TINY)).eval()
+    ids = torch.randint(1, 262, (3, 6, 50))
+    ids[..., 20:] = 260
+    mask = torch.tensor([[1] * 6, [1] * 2 + [0] * 4, [1] * 5 + [0]])
+    ids = ids * mask.unsqueeze(-1)
+    compiled = torch.compile(model)
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        compiled(input_ids=ids, attention_mask=mask)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            got = compiled(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+    torch._dynamo.reset()
+    calls = [event.key for event in profile.key_averages() if event.key == "elmo_native::lstm_steps"]
+    assert calls, sorted({event.key for event in profile.key_averages()})
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
+
+
+def test_without_a_compiler_one_warning_and_the_python_steps(tmp_path):
+    """No compiler (``CXX`` names none): one warning that says why, nothing left in the extension folder, and the
+    biLM operator (which a compiled model calls) runs the Python recurrence instead."""
+    script = textwrap.dedent(
+        """
+        import logging, torch
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+        from modeling_elmo import ElmoConfig
+        from modeling_elmo.compiled_ops_elmo import _bilstm_layer, bilstm_layer_consts, call
+        from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
+        from modeling_elmo.native_steps_elmo import native_steps_available
+        assert not native_steps_available()
+        torch.manual_seed(0)
+        layer = ElmoBiLstmLayer(ElmoConfig(lstm_dim=16, projection_dim=4, char_cnn_filters=[[1, 4]]), residual=False)
+        for p in layer.parameters():
+            torch.nn.init.normal_(p, 0, 0.5)
+        tokens, lengths = torch.randn(2, 5, 4), torch.tensor([5, 3])
+        with torch.no_grad():
+            weights = [layer.input_kernel, layer.state_kernel, layer.bias, layer.projection]
+            consts = bilstm_layer_consts(layer, True, True)
+            got = call("bilstm_layer", [tokens, lengths, *weights], consts)
+            want = _bilstm_layer([tokens, lengths, *weights], consts)  # the Python recurrence (the backward's)
+        torch.testing.assert_close(got, want, atol=0, rtol=0)
+        assert got[:, :3].abs().sum() > 0 and not got[[1, 3], 3:].any()  # rows of 5 and 3 steps
+        print("ok")
+        """
+    )
+    env = {**os.environ, "CXX": str(tmp_path / "no-such-compiler"), "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-3000:]
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("WARNING")]
+    assert len(warnings) == 1 and "runs its recurrence in Python" in warnings[0], result.stderr[-3000:]
+    assert "no-such-compiler" in warnings[0]
+    assert not any((tmp_path / "ext").iterdir())  # no half-built library, no temporary folder
