@@ -7,8 +7,10 @@ step loop, on the CPU at hand.
   the model picks (torch's batched ones, oneDNN's prepacked ones or int8 ones, called through torch's dispatcher),
   the fused cell, and no Python between the steps.
 
-The package ships no C++: every kernel it runs is torch's or oneDNN's, so that it installs and runs without a
+The eager path ships no C++: every kernel it runs is torch's or oneDNN's, so that it installs and runs without a
 compiler (issue 30 allows hand-written C++ only where it is measured to be needed). This script is that measurement.
+Under ``torch.compile``, where a compiler is needed anyway, the package builds its own step loop
+(``modeling_elmo/native_steps_elmo.py``, float32 and bfloat16, no int8).
 It builds both with ``torch.utils.cpp_extension.load_inline`` (a C++ compiler, ninja and Python's headers; the build
 goes to ``--build_dir``), swaps them in for the model's methods, and times the three variants in turn, every other
 round in reverse order.

@@ -37,7 +37,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from .characters import PADDING_CHAR
-from .native_steps_elmo import native_recurrence, native_steps_available
+from .native_steps_elmo import native_forward, native_steps_available
 
 # "elmo" for the installed package; a copy of this file loaded as a model folder's remote code (transformers_modules.
 # ...) registers its own namespace, since an operator name can be registered once per process.
@@ -264,10 +264,10 @@ _NATIVE_CLASSES: dict[type[nn.Module], type[nn.Module]] = {}
 
 
 def _native_layer_class(layer_class: type[nn.Module]) -> type[nn.Module]:
-    """``layer_class`` with its ``recurrence`` (all the steps) as the C++ step loop."""
+    """``layer_class`` with its ``forward`` (all the steps of both directions) in the C++ step loop."""
     if layer_class not in _NATIVE_CLASSES:
         _NATIVE_CLASSES[layer_class] = type(
-            f"Native{layer_class.__name__}", (layer_class,), {"recurrence": native_recurrence}
+            f"Native{layer_class.__name__}", (layer_class,), {"forward": native_forward}
         )
     return _NATIVE_CLASSES[layer_class]
 

@@ -299,9 +299,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         bias = self.gate_bias()
         c = c.to(self.state_dtype(bias.dtype))
         h = h.to(inputs.dtype)
-        # The one place where the CPU fast path is chosen: prepacked oneDNN products where they apply, else this
-        # layer's own products.
-        products = PrepackedProducts.for_layer(self, h) or self
+        products = self.products(h)
         if products.runs_directions_apart(h):
             one = [slice(k, k + 1) for k in range(2)]
             runs = [self.recurrence(products, inputs[d], h[d], c[d], bias[d], batch_sizes, d) for d in one]
@@ -311,6 +309,11 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
         if self.residual:
             output = output + inputs
         return output, h, c
+
+    def products(self, h: torch.Tensor):
+        """What computes the products of a batch whose initial ``h`` is ``h (2, B, P)``: the one place where the CPU
+        fast path is chosen (oneDNN's prepacked products where they apply: ``PrepackedProducts``), else this layer."""
+        return PrepackedProducts.for_layer(self, h) or self
 
     def cell(self, gates: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The element-wise part of a step: ``gates (G, n, 4D)`` (``i, j, f, o``, their bias and forget bias

@@ -110,26 +110,21 @@ def native_steps_available() -> bool:
     return True
 
 
-def native_recurrence(
-    layer,
-    products,
-    inputs: torch.Tensor,
-    h: torch.Tensor,
-    c: torch.Tensor,
-    bias: torch.Tensor,
-    batch_sizes: Sequence[int],
-    directions: slice,
+def native_forward(
+    layer, inputs: torch.Tensor, h: torch.Tensor, c: torch.Tensor, batch_sizes: Sequence[int]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``ElmoBiLstmLayer.recurrence`` with the steps in ``torch.ops.elmo_native.lstm_steps``: the same arguments
-    (``products``: the layer itself, or the CPU fast path's ``PrepackedProducts`` of one direction) and results;
-    the input product in blocks of about ``layer.gate_block_rows`` packed steps, as there."""
+    """``ElmoBiLstmLayer.forward`` (same arguments and results) with all the steps of both directions in
+    ``torch.ops.elmo_native.lstm_steps``; the input product in blocks of about ``layer.gate_block_rows`` packed
+    steps, as ``ElmoBiLstmLayer.recurrence`` computes it."""
+    bias = layer.gate_bias()
+    c = c.to(layer.state_dtype(bias.dtype))
+    h = h.to(inputs.dtype)
+    products = layer.products(h)
     if products is layer:
-        packed, min_rows = [None, None], 0
-    else:
-        packed = [products.packed[weight][directions][0] for weight in (1, 2)]
-        min_rows = products.min_rows
+        packed, min_rows = [[], []], 0
+    else:  # the CPU fast path's PrepackedProducts: the prepacked weights of each direction
+        packed, min_rows = [products.packed[weight] for weight in (1, 2)], products.min_rows
     clips = [None if clip is None else float(clip) for clip in (layer.cell_clip, layer.proj_clip)]
-    state, projection = layer.state_kernel[directions], layer.projection[directions]
     outputs, offset, first = [], 0, 0
     sizes = list(batch_sizes)
     while first < len(sizes):  # blocks of whole steps, at least one
@@ -137,14 +132,18 @@ def native_recurrence(
         while last < len(sizes) and rows + sizes[last] <= layer.gate_block_rows:
             rows += sizes[last]
             last += 1
-        gates = products.input_gates(inputs[:, offset : offset + rows], bias, directions)
+        block = inputs[:, offset : offset + rows]
+        if products is layer:  # one batched product
+            gates = [layer.input_gates(block, bias)]
+        else:  # one per direction: stacking them would copy N x 4D floats twice
+            gates = [products.input_gates(block[k : k + 1], bias[k : k + 1], slice(k, k + 1)) for k in range(2)]
         output, h, c = torch.ops.elmo_native.lstm_steps(
-            gates, h, c, sizes[first:last], state, projection, *packed, min_rows, *clips
+            gates, h, c, sizes[first:last], layer.state_kernel, layer.projection, *packed, min_rows, *clips
         )
         outputs.append(output)
         offset, first = offset + rows, last
     output = torch.cat(outputs, dim=1) if outputs else torch.zeros_like(inputs)
-    return output, h, c
+    return (output + inputs if layer.residual else output), h, c
 
 
 SOURCE = r"""
@@ -157,6 +156,7 @@ SOURCE = r"""
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/baddbmm.h>
 #include <ATen/ops/bmm.h>
+#include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <torch/library.h>
@@ -166,6 +166,8 @@ SOURCE = r"""
 #include <cstring>
 #include <limits>
 #include <optional>
+#include <tuple>
+#include <vector>
 
 namespace {
 
@@ -261,23 +263,20 @@ at::Tensor boxed(const c10::OperatorHandle& op, torch::jit::Stack stack) {
   return stack[0].toTensor();
 }
 
-// ElmoBiLstmLayer.recurrence for G directions: input_gates (G, N, 4D) (the input product of the N packed steps,
-// bias included), h (G, B, P), c (G, B, D) float32, batch_sizes (rows running at each step, non-increasing, at most
-// B) -> outputs (G, N, P), and the final h, c (rows that end take their state from their last step). The products:
-// with state_packed and projection_packed (oneDNN's prepacked copies of one direction, G = 1), oneDNN's for steps
-// of at least min_rows rows; else torch's batched ones with state_kernel (G, P, 4D) and projection (G, D, P).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps(
+// The steps of G directions run together (torch's batched products) or of one direction (oneDNN's prepacked
+// products, G = 1): input_gates (G, N, 4D) (the input product of the N packed steps, bias included), h (G, B, P),
+// c (G, B, D) float32, batch_sizes (rows running at each step, non-increasing, at most B) -> outputs (G, N, P), and
+// the final h, c (rows that end take their state from their last step). With state_packed and projection_packed,
+// oneDNN's products for steps of at least min_rows rows; else torch's with state_kernel (G, P, 4D) and projection
+// (G, D, P).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> steps(
     const at::Tensor& input_gates, at::Tensor h, at::Tensor c, c10::IntArrayRef batch_sizes,
     const at::Tensor& state_kernel, const at::Tensor& projection, const std::optional<at::Tensor>& state_packed,
     const std::optional<at::Tensor>& projection_packed, int64_t min_rows, std::optional<double> cell_clip,
     std::optional<double> proj_clip) {
   static auto linear = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
   static auto linear_add = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "binary");
-  TORCH_CHECK(c.scalar_type() == at::kFloat, "lstm_steps: the cell state must be float32");
-  TORCH_CHECK(input_gates.scalar_type() == at::kFloat || input_gates.scalar_type() == at::kBFloat16,
-              "lstm_steps: float32 or bfloat16 gates");
   const bool prepacked = state_packed.has_value() && projection_packed.has_value();
-  TORCH_CHECK(!prepacked || h.size(0) == 1, "lstm_steps: prepacked products run one direction");
   const int64_t groups = h.size(0), rows = h.size(1);
   auto outputs = at::empty({groups, input_gates.size(1), h.size(2)}, h.options());
   auto h_final = at::empty_like(h), c_final = at::empty_like(c);
@@ -322,12 +321,49 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps(
   return {outputs, h_final, c_final};
 }
 
+// ElmoBiLstmLayer.recurrence over both directions, G = 2 (arguments as steps). With prepacked weights (one per
+// direction in state_packed and projection_packed, and input_gates (1, N, 4D) per direction), one direction's steps
+// after the other's, each product on torch's threads (the two directions at once, each on a thread of its own,
+// measured slower: 0.79x in bfloat16 at batch 1); without, one loop for both (input_gates: one (2, N, 4D) tensor).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps(
+    at::TensorList input_gates, const at::Tensor& h, const at::Tensor& c, c10::IntArrayRef batch_sizes,
+    const at::Tensor& state_kernel, const at::Tensor& projection, at::TensorList state_packed,
+    at::TensorList projection_packed, int64_t min_rows, std::optional<double> cell_clip,
+    std::optional<double> proj_clip) {
+  TORCH_CHECK(c.scalar_type() == at::kFloat, "lstm_steps: the cell state must be float32");
+  TORCH_CHECK(input_gates[0].scalar_type() == at::kFloat || input_gates[0].scalar_type() == at::kBFloat16,
+              "lstm_steps: float32 or bfloat16 gates");
+  const int64_t groups = h.size(0);
+  if (state_packed.empty()) {
+    TORCH_CHECK(input_gates.size() == 1, "lstm_steps: the input gates of both directions in one tensor");
+    return steps(input_gates[0], h, c, batch_sizes, state_kernel, projection, std::nullopt, std::nullopt, 0, cell_clip,
+                 proj_clip);
+  }
+  TORCH_CHECK(int64_t(state_packed.size()) == groups && int64_t(projection_packed.size()) == groups &&
+                  int64_t(input_gates.size()) == groups,
+              "lstm_steps: one prepacked weight and one input gates tensor per direction");
+  std::vector<std::tuple<at::Tensor, at::Tensor, at::Tensor>> runs(groups);
+  auto run = [&](int64_t g) {
+    runs[g] = steps(input_gates[g], h.narrow(0, g, 1), c.narrow(0, g, 1), batch_sizes,
+                    state_kernel.narrow(0, g, 1), projection.narrow(0, g, 1), state_packed[g], projection_packed[g],
+                    min_rows, cell_clip, proj_clip);
+  };
+  for (int64_t g = 0; g < groups; ++g) run(g);
+  std::vector<at::Tensor> outputs, hs, cs;
+  for (auto& [o, hh, cc] : runs) {
+    outputs.push_back(o);
+    hs.push_back(hh);
+    cs.push_back(cc);
+  }
+  return {at::cat(outputs), at::cat(hs), at::cat(cs)};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(elmo_native, m) {
   m.def(
-      "lstm_steps(Tensor input_gates, Tensor h, Tensor c, int[] batch_sizes, Tensor state_kernel, Tensor projection, "
-      "Tensor? state_packed, Tensor? projection_packed, int min_rows, float? cell_clip, float? proj_clip) -> "
+      "lstm_steps(Tensor[] input_gates, Tensor h, Tensor c, int[] batch_sizes, Tensor state_kernel, Tensor projection, "
+      "Tensor[] state_packed, Tensor[] projection_packed, int min_rows, float? cell_clip, float? proj_clip) -> "
       "(Tensor, Tensor, Tensor)");
   m.impl("lstm_steps", c10::DispatchKey::CPU, TORCH_FN(lstm_steps));
   m.impl("lstm_steps", c10::DispatchKey::MkldnnCPU, TORCH_FN(lstm_steps));  // with oneDNN's prepacked weights
@@ -335,4 +371,4 @@ TORCH_LIBRARY(elmo_native, m) {
 """
 
 
-__all__ = ["SOURCE", "native_recurrence", "native_steps_available"]
+__all__ = ["SOURCE", "native_forward", "native_steps_available"]

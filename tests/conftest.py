@@ -31,6 +31,9 @@ if "PYTEST_XDIST_WORKER" in os.environ and "TORCHINDUCTOR_CACHE_DIR" not in os.e
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
         tempfile.gettempdir(), f"torchinductor_elmo_tests_{os.environ['PYTEST_XDIST_WORKER']}"
     )
+# The compiled path's C++ step loop (modeling_elmo/native_steps_elmo.py) is built into a folder of the tests', not
+# the user's ~/.cache/torch_extensions (its build renames a whole library into place: workers may share it).
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(tempfile.gettempdir(), "torch_extensions_elmo_tests"))
 VENDORED_FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 

@@ -2,7 +2,8 @@
 ``ElmoBiLstmLayer.cell`` does, its C++ step loop runs the steps as ``ElmoBiLstmLayer.recurrence`` does, and the
 script runs.
 
-The package itself ships no C++; these tests build the benchmark's kernel, so they need a C++ compiler, ninja and
+The package's own step loop (``native_steps_elmo.py``, the compiled path's) is tested in test_native_steps.py; these
+tests build the benchmark's kernel, so they need a C++ compiler, ninja and
 Python's headers. Without them they skip, saying which is missing; ``.ci/run`` installs them and sets
 ``ELMO_REQUIRE_TOOLCHAIN=1``, which turns the skip into a failure.
 """
