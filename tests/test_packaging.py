@@ -32,6 +32,7 @@ SHIPPED = {
     "modeling_elmo_pretraining.py",
     "modeling_elmo_qa.py",
     "modeling_elmo_tagging.py",
+    "native_steps_elmo.py",  # the compiled path's C++ step loop (its source a string: built at the first compiled call)
     "pairs_elmo.py",
     "pipelines_elmo.py",
     "pipelines_fill_mask_elmo.py",
