@@ -1,4 +1,4 @@
-"""The biLM layer's steps as one C++ call (``SOURCE``: ``torch.ops.elmo_native.lstm_steps``), for the
+"""The biLM layer's steps as one C++ call (``SOURCE``: ``torch.ops.elmo_native_<hash>.lstm_steps``), for the
 compiled path on the CPU only.
 
 Why: under ``torch.compile`` the biLM layer is an operator whose implementation is the eager path's recurrence
@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -66,10 +67,21 @@ def _command(source: Path, output: Path) -> list[str]:
     ]
 
 
+def namespace() -> str:
+    """The operator namespace of this module's library, ``elmo_native_<hash of SOURCE>``: a process that loads two
+    versions (the package and an older model folder's remote code) gets each its own operator, never the other's
+    under the same name with other arguments."""
+    return "elmo_native_" + hashlib.sha256(SOURCE.encode()).hexdigest()[:12]
+
+
+def _library_source() -> str:
+    return SOURCE.replace("TORCH_LIBRARY(elmo_native,", f"TORCH_LIBRARY({namespace()},")
+
+
 def _library_path() -> Path:
     """Where the built library for this source, torch and CPU capability lives."""
     key = hashlib.sha256()
-    key.update(SOURCE.encode())
+    key.update(_library_source().encode())
     key.update(" ".join(_command(Path("source.cpp"), Path("out"))).encode())
     key.update(torch.__version__.encode())
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
@@ -82,17 +94,26 @@ def _build(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=path.stem + ".", dir=path.parent) as folder:
         source, library = Path(folder) / "lstm_steps.cpp", Path(folder) / path.name
-        source.write_text(SOURCE, encoding="utf-8")
+        source.write_text(_library_source(), encoding="utf-8")
         result = subprocess.run(_command(source, library), capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"the C++ compiler failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
         os.replace(library, path)
 
 
-@functools.cache
+_LOADING = threading.Lock()
+
+
 def native_steps_available() -> bool:
-    """Whether ``torch.ops.elmo_native.lstm_steps`` is loaded, building it on the first call (once per process)."""
-    if hasattr(torch.ops.elmo_native, "lstm_steps"):  # loaded by another copy of this module (remote code)
+    """Whether ``lstm_steps`` is loaded (the library of [`namespace`]), building it on the first call (once per
+    process; threads that ask meanwhile wait for the answer)."""
+    with _LOADING:
+        return _load()
+
+
+@functools.cache
+def _load() -> bool:
+    if hasattr(getattr(torch.ops, namespace()), "lstm_steps"):  # loaded by another copy of this module
         return True
     try:
         path = _library_path()
@@ -113,8 +134,8 @@ def native_steps_available() -> bool:
 def native_forward(
     layer, inputs: torch.Tensor, h: torch.Tensor, c: torch.Tensor, batch_sizes: Sequence[int]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``ElmoBiLstmLayer.forward`` (same arguments and results) with all the steps of both directions in
-    ``torch.ops.elmo_native.lstm_steps``; the input product in blocks of about ``layer.gate_block_rows`` packed
+    """``ElmoBiLstmLayer.forward`` (same arguments and results) with all the steps of both directions in the
+    library's ``lstm_steps``; the input product in blocks of about ``layer.gate_block_rows`` packed
     steps, as ``ElmoBiLstmLayer.recurrence`` computes it."""
     bias = layer.gate_bias()
     c = c.to(layer.state_dtype(bias.dtype))
@@ -137,7 +158,7 @@ def native_forward(
             gates = [layer.input_gates(block, bias)]
         else:  # one per direction: stacking them would copy N x 4D floats twice
             gates = [products.input_gates(block[k : k + 1], bias[k : k + 1], slice(k, k + 1)) for k in range(2)]
-        output, h, c = torch.ops.elmo_native.lstm_steps(
+        output, h, c = getattr(torch.ops, namespace()).lstm_steps(
             gates, h, c, sizes[first:last], layer.state_kernel, layer.projection, *packed, min_rows, *clips
         )
         outputs.append(output)
@@ -147,7 +168,7 @@ def native_forward(
 
 
 SOURCE = r"""
-// The biLM layer's steps in one call (elmo_native::lstm_steps), for the compiled path on the CPU: the products the
+// The biLM layer's steps in one call (lstm_steps), for the compiled path on the CPU: the products the
 // eager path picks (oneDNN's prepacked ones or torch's batched ones, through the dispatcher), the cell in one pass
 // over the four gates, and no Python between the steps. ElmoBiLstmLayer.recurrence (modeling_elmo.py) is the same
 // computation in Python.
@@ -371,4 +392,4 @@ TORCH_LIBRARY(elmo_native, m) {
 """
 
 
-__all__ = ["SOURCE", "native_forward", "native_steps_available"]
+__all__ = ["SOURCE", "namespace", "native_forward", "native_steps_available"]

@@ -16,7 +16,7 @@ from helpers import TINY
 from modeling_elmo import ElmoConfig, ElmoModel
 from modeling_elmo.fast_path_elmo import PrepackedProducts, _PrepackedWeights
 from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
-from modeling_elmo.native_steps_elmo import native_forward, native_steps_available
+from modeling_elmo.native_steps_elmo import namespace, native_forward, native_steps_available
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -99,8 +99,8 @@ def test_native_steps_equal_the_python_recurrence(dtype, products, clips, block_
 
 @pytest.mark.slow
 def test_a_compiled_model_runs_the_native_steps():
-    """``torch.compile(ElmoModel)`` on the CPU at inference: the profile holds ``elmo_native::lstm_steps`` (one call
-    per layer and direction group) and the outputs equal eager's."""
+    """``torch.compile(ElmoModel)`` on the CPU at inference: the profile holds the C++ ``lstm_steps`` (one call per
+    layer) and the outputs equal eager's."""
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = ElmoModel(ElmoConfig(**TINY)).eval()
@@ -115,7 +115,7 @@ def test_a_compiled_model_runs_the_native_steps():
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
             got = compiled(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
     torch._dynamo.reset()
-    calls = [event.key for event in profile.key_averages() if event.key == "elmo_native::lstm_steps"]
+    calls = [event.key for event in profile.key_averages() if event.key == f"{namespace()}::lstm_steps"]
     assert calls, sorted({event.key for event in profile.key_averages()})
     for g, w in zip(got, want, strict=True):
         torch.testing.assert_close(g, w, atol=1e-5, rtol=1e-5)
