@@ -2,9 +2,10 @@
 
 For each dtype (float32, bfloat16: the model's weights cast) and batch size (1, 32), one batch of random words
 (sentences of ``--min-words``-``--max-words`` words, the lengths differing as in real text), inference under
-``torch.inference_mode``: the first compiled call apart (the compile), one warm-up call per path, then ``--repeats``
-rounds in which eager and compiled alternate; each path's words/s is its median. Prints a Markdown table, the CPU
-(``/proc/cpuinfo``) and the load (``os.getloadavg``) before and after: the machine may be shared.
+``torch.inference_mode``: the first compiled call apart (the compile, and in a new process the build of the C++
+steps: ``native_steps_elmo.py``), one warm-up call per path, then ``--repeats`` rounds in which eager and compiled
+alternate; each path's words/s is its median. Prints a Markdown table, the CPU (``/proc/cpuinfo``), the load
+(``os.getloadavg``) before and after (the machine may be shared), and whether the C++ steps ran.
 
     python benchmarks/bench_compile.py                       # original size (2x4096_512), ~3 min on 2 cores
     python benchmarks/bench_compile.py --size tiny --repeats 3 --batch-sizes 1 4    # seconds: the harness
@@ -25,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_inference import SIZES, cpu_description, make_batch, make_vocab  # noqa: E402
 
 from modeling_elmo import ElmoConfig, ElmoModel  # noqa: E402
+from modeling_elmo.native_steps_elmo import native_steps_available  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -82,6 +84,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             ids, mask = make_batch(batch, args.min_words, args.max_words, vocab, seed=batch)
             rows.append({"dtype": dtype_name, "batch": batch, **measure(model, ids, mask, args.repeats)})
     print(f"load after: {os.getloadavg()}")
+    # Asked after the runs: the first compiled call builds the library, and its time belongs to that call.
+    native = "yes" if native_steps_available() else "no: the Python steps (see the warning above)"
+    print(f"the compiled biLM's C++ steps (modeling_elmo/native_steps_elmo.py): {native}")
     print(f"\n{args.size} size, median of {args.repeats} interleaved runs after warm-up\n")
     print("| dtype | batch | eager words/s | compiled words/s | compiled/eager | first call (s) | max diff |")
     print("|---|---|---|---|---|---|---|")
