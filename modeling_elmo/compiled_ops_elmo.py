@@ -4,7 +4,8 @@ opaque to dynamo and inductor, which compile what surrounds them (boundaries, th
 Each operator's implementation is the eager path's own code on padded tensors: the token layer encodes each distinct
 word once, with the convolutions up to the longest word (on the CPU only: it reads values into Python; on CUDA
 inductor compiles the character CNN, see ``graph_path_elmo.py``), the biLM layer packs the valid
-steps (on the CPU, with oneDNN's prepacked products at inference, as ``ElmoBiLstmLayer.forward``), the task
+steps (on the CPU, with oneDNN's prepacked products at inference, as ``ElmoBiLstmLayer.forward``, and all its steps
+in one C++ call where a compiler is found: ``native_steps_elmo.py``; its backward recomputes in Python), the task
 BiLSTM layer runs ``torch.lstm`` on packed sequences, the CRF's forward and forward-backward algorithms loop over
 the steps. Why operators and not the scans of ``graph_path_elmo.py``: inductor (torch 2.13) cannot lower a scan of
 symbolic length, gets some scan gradients wrong and fails at plain ``torch.compile`` (``DataDependentOutputException``
