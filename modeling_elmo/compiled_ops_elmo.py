@@ -382,12 +382,14 @@ def _lstm_direction(x: Tensor, *weights: Tensor) -> Tensor:
 
 
 def _lstm_steps(x: Tensor, w_ih: Tensor, w_hh: Tensor, b_ih: Tensor, b_hh: Tensor) -> Tensor:
-    """[`_lstm_direction`] step by step (``nn.LSTM``'s gates: input, forget, cell, output)."""
+    """[`_lstm_direction`] step by step (``nn.LSTM``'s gates: input, forget, cell, output). The steps' input gates
+    come from one ``unbind``, whose gradient is one stack: indexing each step (``gates_in[:, t]``) cost a zero
+    tensor of all ``(B, W, 4H)`` gates per step in the backward (measured: 70 of a 280 ms training step)."""
     gates_in = F.linear(x, w_ih, b_ih)  # (B, W, 4H)
     h = c = x.new_zeros(x.shape[0], w_hh.shape[-1])
     outputs = []
-    for t in range(x.shape[1]):
-        i, f, g, o = (gates_in[:, t] + F.linear(h, w_hh, b_hh)).chunk(4, dim=-1)
+    for gates_t in gates_in.unbind(1):
+        i, f, g, o = (gates_t + F.linear(h, w_hh, b_hh)).chunk(4, dim=-1)
         c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
         h = torch.sigmoid(o) * torch.tanh(c)
         outputs.append(h)
@@ -428,11 +430,13 @@ def task_lstm(lstm: nn.Module, features: Tensor, lengths: Tensor) -> Tensor:
 
 def crf_alphas(emissions: Tensor, mask: Tensor, transitions: Tensor, start: Tensor, reduce, steps: int) -> Tensor:
     """The CRF's forward recursion over the first ``steps`` positions: ``alpha (B, K)`` after the last, carried
-    unchanged past each row's end (``mask (B, W)`` right-padded), with ``reduce`` over the previous tag."""
-    alpha = start.unsqueeze(0) + emissions[:, 0]
+    unchanged past each row's end (``mask (B, W)`` right-padded), with ``reduce`` over the previous tag. The steps
+    from ``unbind`` (one stack in the backward, not a zero tensor of all emissions per step)."""
+    emission, real = emissions.unbind(1), mask.unbind(1)
+    alpha = start.unsqueeze(0) + emission[0]
     for t in range(1, steps):
-        step = reduce(alpha.unsqueeze(2) + transitions, dim=1) + emissions[:, t]
-        alpha = torch.where(mask[:, t].unsqueeze(1), step, alpha)
+        step = reduce(alpha.unsqueeze(2) + transitions, dim=1) + emission[t]
+        alpha = torch.where(real[t].unsqueeze(1), step, alpha)
     return alpha
 
 
@@ -454,14 +458,15 @@ def _crf_through_each_tag(tensors: list[Tensor], consts: list[float]) -> Tensor:
     emissions, mask, transitions, start, end = tensors
     reduce = torch.amax if consts[0] else torch.logsumexp
     batch, steps, num_tags = emissions.shape
-    alphas = [start.unsqueeze(0) + emissions[:, 0]]
+    emission, real = emissions.unbind(1), mask.unbind(1)  # as in crf_alphas
+    alphas = [start.unsqueeze(0) + emission[0]]
     for t in range(1, steps):
-        alphas.append(reduce(alphas[-1].unsqueeze(2) + transitions, dim=1) + emissions[:, t])
+        alphas.append(reduce(alphas[-1].unsqueeze(2) + transitions, dim=1) + emission[t])
     final = end.unsqueeze(0).expand(batch, num_tags)
     betas = [final]
     for t in range(steps - 2, -1, -1):
-        step = reduce(transitions.unsqueeze(0) + (emissions[:, t + 1] + betas[-1]).unsqueeze(1), dim=2)
-        betas.append(torch.where(mask[:, t + 1].unsqueeze(1), step, final))
+        step = reduce(transitions.unsqueeze(0) + (emission[t + 1] + betas[-1]).unsqueeze(1), dim=2)
+        betas.append(torch.where(real[t + 1].unsqueeze(1), step, final))
     return torch.stack(alphas, dim=1) + torch.stack(betas[::-1], dim=1)
 
 
