@@ -135,8 +135,8 @@ def native_forward(
     layer, inputs: torch.Tensor, h: torch.Tensor, c: torch.Tensor, batch_sizes: Sequence[int]
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``ElmoBiLstmLayer.forward`` (same arguments and results) with all the steps of both directions in the
-    library's ``lstm_steps``; the input product in blocks of about ``layer.gate_block_rows`` packed
-    steps, as ``ElmoBiLstmLayer.recurrence`` computes it."""
+    library's ``lstm_steps``; the input product in the layer's blocks of steps (``step_blocks``), as
+    ``ElmoBiLstmLayer.recurrence`` computes it."""
     bias = layer.gate_bias()
     c = c.to(layer.state_dtype(bias.dtype))
     h = h.to(inputs.dtype)
@@ -146,13 +146,9 @@ def native_forward(
     else:  # the CPU fast path's PrepackedProducts: the prepacked weights of each direction
         packed, min_rows = [products.packed[weight] for weight in (1, 2)], products.min_rows
     clips = [None if clip is None else float(clip) for clip in (layer.cell_clip, layer.proj_clip)]
-    outputs, offset, first = [], 0, 0
-    sizes = list(batch_sizes)
-    while first < len(sizes):  # blocks of whole steps, at least one
-        last, rows = first + 1, sizes[first]
-        while last < len(sizes) and rows + sizes[last] <= layer.gate_block_rows:
-            rows += sizes[last]
-            last += 1
+    outputs, offset, sizes = [], 0, list(batch_sizes)
+    for first, last in layer.step_blocks(sizes):
+        rows = sum(sizes[first:last])
         block = inputs[:, offset : offset + rows]
         if products is layer:  # one batched product
             gates = [layer.input_gates(block, bias)]
@@ -162,7 +158,7 @@ def native_forward(
             gates, h, c, sizes[first:last], layer.state_kernel, layer.projection, *packed, min_rows, *clips
         )
         outputs.append(output)
-        offset, first = offset + rows, last
+        offset += rows
     output = torch.cat(outputs, dim=1) if outputs else torch.zeros_like(inputs)
     return (output + inputs if layer.residual else output), h, c
 

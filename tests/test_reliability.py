@@ -502,7 +502,7 @@ def test_memory_blocks_do_not_change_outputs(monkeypatch):
     enc = TOKENIZER(batch, is_split_into_words=True, padding=True, return_tensors="pt")
     whole = run(MODEL, enc["input_ids"], enc["attention_mask"])
     monkeypatch.setattr(modeling, "CHAR_CNN_BLOCK_WORDS", 7)
-    monkeypatch.setattr(modeling, "GATE_BLOCK_ROWS", 5)
+    monkeypatch.setattr(modeling.ElmoBiLstmLayer, "gate_block_rows", 5)
     blocks = run(MODEL, enc["input_ids"], enc["attention_mask"])
     for a, b in zip(whole.hidden_states, blocks.hidden_states, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=INDEPENDENCE)
