@@ -67,6 +67,7 @@ def _command(source: Path, output: Path) -> list[str]:
     ]
 
 
+@functools.cache  # looked up at every call of the layer: the source is hashed once
 def namespace() -> str:
     """The operator namespace of this module's library, ``elmo_native_<hash of SOURCE>``: a process that loads two
     versions (the package and an older model folder's remote code) gets each its own operator, never the other's
@@ -113,7 +114,7 @@ def native_steps_available() -> bool:
 
 @functools.cache
 def _load() -> bool:
-    if hasattr(getattr(torch.ops, namespace()), "lstm_steps"):  # loaded by another copy of this module
+    if hasattr(getattr(torch.ops, namespace()), "lstm_steps"):  # loaded by another copy of this module's source
         return True
     try:
         path = _library_path()
