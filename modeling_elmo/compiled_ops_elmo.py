@@ -37,8 +37,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
+from .bptt_elmo import state_dtype, steps_backward, steps_saving
 from .characters import PADDING_CHAR
-from .native_steps_elmo import native_forward, native_steps_available
+from .native_steps_elmo import native_forward, native_steps_available, native_steps_backward, native_steps_saving
 
 # "elmo" for the installed package; a copy of this file loaded as a model folder's remote code (transformers_modules.
 # ...) registers its own namespace, since an operator name can be registered once per process.
@@ -273,6 +274,49 @@ def _native_layer_class(layer_class: type[nn.Module]) -> type[nn.Module]:
     return _NATIVE_CLASSES[layer_class]
 
 
+def _both_inputs(inputs: Tensor, lengths: Tensor, consts: list[float]) -> Tensor:
+    """The operator's ``inputs`` as ``(2, B, T, P)``: the directions' rows, or with ``consts[6]`` the first layer's
+    tokens ``(B, T, P)`` and their reversal within each row's length."""
+    if consts[6]:
+        inputs = torch.stack([inputs, reverse_padded(inputs, lengths)])
+    return inputs.view(2, lengths.shape[0], inputs.shape[-2], inputs.shape[-1])
+
+
+class _Steps:
+    """Where the valid steps of a ``(2, B, T, ...)`` batch go in the time-major packed layout of the recurrences
+    (``ElmoBiLm.forward``'s: rows longest first, step 0 of every row, then step 1 of the rows still running, ...)
+    on the CPU. Off the CPU no value is read into Python (CUDA graphs): every step of every row, ``batch_sizes``
+    ``[B] * T``; the steps past a row's end come after its real ones and never reach them."""
+
+    def __init__(self, lengths: Tensor, steps: int):
+        batch = lengths.shape[0]
+        self.batch, self.steps = batch, steps
+        self.live = torch.arange(steps, device=lengths.device) < lengths.unsqueeze(1)  # (B, T)
+        if lengths.device.type != "cpu":
+            self.batch_sizes = [batch] * steps
+            return
+        sorted_lengths, self.order = lengths.sort(descending=True)
+        valid = self.live.index_select(0, self.order)
+        step_index, row_index = valid.t().nonzero(as_tuple=True)
+        self.index = row_index * steps + step_index
+        self.batch_sizes = [n for n in valid.sum(dim=0).tolist() if n > 0]
+
+    def pack(self, x: Tensor) -> Tensor:
+        """``(2, B, T, F)`` -> ``(2, N, F)``."""
+        width = x.shape[-1]
+        if not hasattr(self, "index"):
+            return x.transpose(1, 2).reshape(2, self.steps * self.batch, width)
+        return x.index_select(1, self.order).reshape(2, self.batch * self.steps, width).index_select(1, self.index)
+
+    def unpack(self, y: Tensor) -> Tensor:
+        """``(2, N, F)`` -> ``(2, B, T, F)``, zero past each row's length."""
+        width = y.shape[-1]
+        if not hasattr(self, "index"):
+            return y.view(2, self.steps, self.batch, width).transpose(1, 2) * self.live.unsqueeze(-1).to(y.dtype)
+        full = y.new_zeros(2, self.batch * self.steps, width).index_copy(1, self.index, y)
+        return full.view(2, self.batch, self.steps, width).index_select(1, self.order.argsort())
+
+
 def _bilstm_layer(tensors: list[Tensor], consts: list[float], native: bool = False) -> Tensor:
     """One biLM layer from zero states, both directions: ``inputs (2B, T, P)``, the forward direction's rows then
     the backward one's (reversed within each row's length), or with ``consts[6]`` the first layer's tokens
@@ -284,13 +328,10 @@ def _bilstm_layer(tensors: list[Tensor], consts: list[float], native: bool = Fal
     inductor (torch 2.13) lays such 4-d tensors out channels-last or with symbolic strides it then fails to order
     when they are saved for the backward ("cannot determine truth value of Relational", stride assertions)."""
     inputs, lengths, *weights = tensors
-    batch, steps, width = lengths.shape[0], inputs.shape[1], inputs.shape[2]
-    if consts[6]:
-        inputs = torch.stack([inputs, reverse_padded(inputs, lengths)])
-    inputs = inputs.view(2, batch, steps, width)
+    inputs = _both_inputs(inputs, lengths, consts)
     output = _bilstm_directions(inputs, lengths, weights, consts, native)
     output = output + inputs if consts[5] else output
-    return output.reshape(2 * batch, steps, output.shape[-1])
+    return output.reshape(2 * lengths.shape[0], inputs.shape[2], output.shape[-1])
 
 
 def _bilstm_directions(
@@ -301,27 +342,13 @@ def _bilstm_directions(
     native = native and inputs.device.type == "cpu" and inputs.dtype in (torch.float32, torch.bfloat16)
     layer = _layer_view(weights, consts, native=native and native_steps_available())
     _, batch, steps, width = inputs.shape
-    live = torch.arange(steps, device=inputs.device) < lengths.unsqueeze(1)  # (B, T)
     h = inputs.new_zeros(2, batch, width)
     c = inputs.new_zeros(2, batch, layer.lstm_dim, dtype=layer.state_dtype(weights[2].dtype))
     if batch == 0:  # zeros that depend on the weights (the recomputed backward needs an autograd graph)
         return inputs.new_zeros(2, 0, steps, width) + 0 * sum(w.sum() for w in weights).to(inputs.dtype)
-    if inputs.device.type != "cpu":
-        # Every step of every row: no value read into Python (CUDA graphs); steps past a row's end come after its
-        # real ones and never reach them.
-        output, _, _ = layer.forward(inputs.transpose(1, 2).reshape(2, steps * batch, width), h, c, [batch] * steps)
-        output = output.view(2, steps, batch, output.shape[-1]).transpose(1, 2)
-        return output * live.unsqueeze(-1).to(output.dtype)
-    # The eager path's packing (ElmoBiLm.forward): rows longest first, the valid steps time-major.
-    sorted_lengths, order = lengths.sort(descending=True)
-    valid = live.index_select(0, order)
-    step_index, row_index = valid.t().nonzero(as_tuple=True)
-    packed_index = row_index * steps + step_index
-    batch_sizes = [n for n in valid.sum(dim=0).tolist() if n > 0]
-    packed = inputs.index_select(1, order).reshape(2, batch * steps, width).index_select(1, packed_index)
-    output, _, _ = layer.forward(packed, h, c, batch_sizes)
-    full = output.new_zeros(2, batch * steps, output.shape[-1]).index_copy(1, packed_index, output)
-    return full.view(2, batch, steps, output.shape[-1]).index_select(1, order.argsort())
+    layout = _Steps(lengths, steps)
+    output, _, _ = layer.forward(layout.pack(inputs), h, c, layout.batch_sizes)
+    return layout.unpack(output)
 
 
 def _bilstm_layer_fake(tensors: list[Tensor], consts: list[float]) -> Tensor:
@@ -335,6 +362,87 @@ _define(
     _bilstm_layer_fake,
     recompute=_bilstm_layer,
 )
+
+
+# ------------------------------------------------------------------------------------ biLM layer, in training
+
+# ``elmo::bilstm_layer_train``: ``elmo::bilstm_layer`` (same arguments, same output first) for a layer whose gradients
+# are wanted, which also returns what its steps computed (``bptt_elmo.py``), so that its backward walks the steps
+# in reverse instead of running them again: the activations ``(2, B*T, 4D)``, ``c_raw (2, B*T, D)`` and
+# ``p_raw (2, B*T, P)``, their first ``N`` rows the packed steps' (room for every step: the fake must know the
+# shape without reading the lengths). In C++ on the CPU where the library is built (``native_steps_elmo.py``), else
+# the same steps in torch operations.
+
+
+def _native_bptt(tensor: Tensor) -> bool:
+    return tensor.device.type == "cpu" and tensor.dtype in (torch.float32, torch.bfloat16) and native_steps_available()
+
+
+def _bilstm_layer_train(tensors: list[Tensor], consts: list[float]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    inputs, lengths, input_kernel, state_kernel, bias, projection = tensors
+    with _no_autocast(inputs.device):
+        both = _both_inputs(inputs, lengths, consts)
+        _, batch, steps, width = both.shape
+        layout = _Steps(lengths, steps)
+        packed = layout.pack(both)
+        total, gate_bias = packed.shape[1], _layer_view(tensors[2:], consts).gate_bias()
+        gates = packed.new_empty(2, batch * steps, input_kernel.shape[-1])
+        for k in range(2):  # each direction's rows are contiguous in the room for all steps
+            torch.addmm(gate_bias[k], packed[k], input_kernel[k], out=gates[k, :total])
+        run = native_steps_saving if _native_bptt(gates) else steps_saving
+        clips = _clip(consts[0]), _clip(consts[1])
+        output, c_raw, p_raw = run(gates, layout.batch_sizes, state_kernel, projection, *clips)
+        output = layout.unpack(output)
+        output = output + both if consts[5] else output
+        return output.reshape(2 * batch, steps, width).contiguous(), gates, c_raw, p_raw
+
+
+def _bilstm_layer_train_fake(tensors: list[Tensor], consts: list[float]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    inputs, lengths, input_kernel, projection = tensors[0], tensors[1], tensors[2], tensors[-1]
+    batch, steps = lengths.shape[0], inputs.shape[1]
+    d, p = projection.shape[-2], projection.shape[-1]
+    rows = batch * steps
+    return (
+        inputs.new_empty(2 * batch, steps, p, dtype=projection.dtype),
+        inputs.new_empty(2, rows, 4 * d, dtype=input_kernel.dtype),
+        inputs.new_empty(2, rows, d, dtype=state_dtype(input_kernel.dtype)),
+        inputs.new_empty(2, rows, p, dtype=projection.dtype),
+    )
+
+
+def _bilstm_layer_train_backward(
+    grad: Tensor, tensors: list[Tensor], activations: Tensor, c_raw: Tensor, p_raw: Tensor, consts: list[float]
+) -> list[Tensor]:
+    """The gradients of ``elmo::bilstm_layer_train``'s inputs from its output's ``grad (2B, T, P)``."""
+    inputs, lengths, input_kernel, state_kernel, bias, projection = tensors
+    with _no_autocast(grad.device):
+        both = _both_inputs(inputs, lengths, consts)
+        _, batch, steps, width = both.shape
+        layout = _Steps(lengths, steps)
+        grad = grad.view(2, batch, steps, width)
+        d_output = layout.pack(grad * layout.live.unsqueeze(-1).to(grad.dtype))  # the output is zero past the ends
+        run = native_steps_backward if _native_bptt(activations) else steps_backward
+        d_gates, d_state_kernel, d_projection = run(
+            d_output,
+            activations,
+            c_raw,
+            p_raw,
+            layout.batch_sizes,
+            state_kernel,
+            projection,
+            _clip(consts[0]),
+            _clip(consts[1]),
+        )
+        packed = layout.pack(both)
+        d_input_kernel = torch.bmm(packed.transpose(1, 2), d_gates)
+        d_inputs = layout.unpack(torch.bmm(d_gates, input_kernel.transpose(1, 2)))
+        if consts[5]:
+            d_inputs = d_inputs + grad
+        if consts[6]:  # the tokens fed both directions, the backward one reversed
+            d_inputs = d_inputs[0] + reverse_padded(d_inputs[1], lengths)
+        d_inputs = d_inputs.reshape(inputs.shape)
+        d_bias = d_gates.sum(1)
+        return [d_inputs.contiguous(), torch.zeros_like(lengths), d_input_kernel, d_state_kernel, d_bias, d_projection]
 
 
 # ------------------------------------------------------------------------------------------- task BiLSTM layer
@@ -416,6 +524,119 @@ _define(
 )
 
 
+# ``elmo::task_lstm_layer_train``: ``elmo::task_lstm_layer`` (same arguments, same output first) for a layer whose
+# gradients are wanted, on the steps of ``bptt_elmo.py`` (the biLM's cell without a projection or clips: ``nn.LSTM``'s
+# gates ``i f g o`` reordered to ``i j f o``), which also returns what they kept, as ``elmo::bilstm_layer_train``.
+
+_TASK_GATES = [0, 2, 1, 3]  # nn.LSTM's gate blocks i f g o -> the steps' i j f o (and back: the same swap)
+
+
+def _task_gate_order(x: Tensor, dim: int) -> Tensor:
+    """``x`` with its four gate blocks along ``dim`` swapped between ``nn.LSTM``'s order and the steps' order."""
+    return torch.cat([x.chunk(4, dim=dim)[k] for k in _TASK_GATES], dim=dim)
+
+
+def _task_lstm_weights(weights: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """``W_ih, W_hh, b_ih, b_hh`` of both directions -> the steps' ``input_kernel (2, F, 4H)``,
+    ``state_kernel (2, H, 4H)`` and ``bias (2, 4H)``."""
+    input_kernel = torch.stack([_task_gate_order(w, 0).t() for w in weights[0::4]])
+    state_kernel = torch.stack([_task_gate_order(w, 0).t() for w in weights[1::4]])
+    bias = torch.stack([_task_gate_order(a + b, 0) for a, b in zip(weights[2::4], weights[3::4], strict=True)])
+    return input_kernel, state_kernel, bias
+
+
+def _task_lstm_layer_train(tensors: list[Tensor], consts: list[float]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    features, lengths, *weights = tensors
+    with _no_autocast(features.device):
+        batch, words, _ = features.shape
+        lengths = lengths.clamp(min=1)  # an empty row runs one step at its first position, as in eager mode
+        both = torch.stack([features, reverse_padded(features, lengths)])  # (2, B, W, F)
+        layout = _Steps(lengths, words)
+        packed = layout.pack(both)
+        input_kernel, state_kernel, bias = _task_lstm_weights(weights)
+        gates = packed.new_empty(2, batch * words, input_kernel.shape[-1])
+        for k in range(2):
+            torch.addmm(bias[k], packed[k], input_kernel[k], out=gates[k, : packed.shape[1]])
+        run = native_steps_saving if _native_bptt(gates) else steps_saving
+        output, c_raw, p_raw = run(gates, layout.batch_sizes, state_kernel, None, None, None)
+        output = layout.unpack(output)
+        output = torch.cat([output[0], reverse_padded(output[1], lengths)], dim=-1)
+        return output.contiguous(), gates, c_raw, p_raw
+
+
+def _task_lstm_layer_train_fake(tensors: list[Tensor], consts: list[float]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    features, w_hh = tensors[0], tensors[3]
+    hidden, rows = w_hh.shape[-1], features.shape[0] * features.shape[1]
+    return (
+        features.new_empty(*features.shape[:-1], 2 * hidden),
+        features.new_empty(2, rows, 4 * hidden),
+        features.new_empty(2, rows, hidden, dtype=state_dtype(features.dtype)),
+        features.new_empty(2, rows, hidden),
+    )
+
+
+def _task_lstm_layer_train_backward(
+    grad: Tensor, tensors: list[Tensor], activations: Tensor, c_raw: Tensor, p_raw: Tensor, consts: list[float]
+) -> list[Tensor]:
+    """The gradients of ``elmo::task_lstm_layer_train``'s inputs from its output's ``grad (B, W, 2H)``."""
+    features, lengths, *weights = tensors
+    with _no_autocast(grad.device):
+        hidden = weights[1].shape[-1]
+        lengths = lengths.clamp(min=1)
+        layout = _Steps(lengths, features.shape[1])
+        both = torch.stack([grad[..., :hidden], reverse_padded(grad[..., hidden:], lengths)])
+        d_output = layout.pack(both * layout.live.unsqueeze(-1).to(grad.dtype))
+        input_kernel, state_kernel, _ = _task_lstm_weights(weights)
+        run = native_steps_backward if _native_bptt(activations) else steps_backward
+        d_gates, d_state_kernel, _ = run(
+            d_output, activations, c_raw, p_raw, layout.batch_sizes, state_kernel, None, None, None
+        )
+        packed = layout.pack(torch.stack([features, reverse_padded(features, lengths)]))
+        d_input_kernel = torch.bmm(packed.transpose(1, 2), d_gates)
+        d_both = layout.unpack(torch.bmm(d_gates, input_kernel.transpose(1, 2)))
+        d_features = d_both[0] + reverse_padded(d_both[1], lengths)
+        d_bias = _task_gate_order(d_gates.sum(1), -1)
+        d_weights = []
+        for k in range(2):
+            d_weights += [
+                _task_gate_order(d_input_kernel[k].t(), 0).contiguous(),
+                _task_gate_order(d_state_kernel[k].t(), 0).contiguous(),
+                d_bias[k].clone(),
+                d_bias[k].clone(),
+            ]
+        return [d_features.contiguous(), torch.zeros_like(tensors[1]), *d_weights]
+
+
+def _define_kept_steps(name: str, forward: Callable, fake: Callable, backward: Callable) -> None:
+    """Register ``elmo::name`` (returning its output and what its steps kept) with ``backward`` as its gradient, and
+    ``call(name, ...)`` as its output alone."""
+    tags = (torch.Tag.needs_contiguous_strides,)
+    forward_op = torch.library.custom_op(f"{NAMESPACE}::{name}", forward, mutates_args=(), tags=tags)
+    forward_op.register_fake(fake)
+    backward_op = torch.library.custom_op(f"{NAMESPACE}::{name}_backward", backward, mutates_args=(), tags=tags)
+    backward_op.register_fake(lambda grad, tensors, *kept_and_consts: [t.new_empty(t.shape) for t in tensors])
+
+    def setup_context(ctx, inputs, output):
+        tensors, consts = inputs
+        ctx.save_for_backward(*tensors, *output[1:])
+        ctx.consts = consts
+
+    def formula(ctx, grad, *unused):
+        *tensors, activations, c_raw, p_raw = ctx.saved_tensors
+        grads = backward_op(grad.contiguous(), tensors, activations, c_raw, p_raw, ctx.consts)
+        grads = [g if t.is_floating_point() else None for g, t in zip(grads, tensors, strict=True)]
+        return grads, (None if ctx.consts else [])  # as [`_define`]'s formula
+
+    forward_op.register_autograd(formula, setup_context=setup_context)
+    _OPS[name] = (lambda tensors, consts: forward_op(tensors, consts)[0], forward)
+
+
+_define_kept_steps("bilstm_layer_train", _bilstm_layer_train, _bilstm_layer_train_fake, _bilstm_layer_train_backward)
+_define_kept_steps(
+    "task_lstm_layer_train", _task_lstm_layer_train, _task_lstm_layer_train_fake, _task_lstm_layer_train_backward
+)
+
+
 def task_lstm(lstm: nn.Module, features: Tensor, lengths: Tensor) -> Tensor:
     """``ElmoTaskLstm``'s forward as one operator call per layer, the module's dropout between the layers (in the
     graph: the recomputed backward then sees the same dropped units): ``(B, W, F)``, ``(B,)`` -> ``(B, W, 2H)``."""
@@ -428,7 +649,8 @@ def task_lstm(lstm: nn.Module, features: Tensor, lengths: Tensor) -> Tensor:
             for direction in ("", "_reverse")
             for kind in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
         ]
-        x = call("task_lstm_layer", [x, lengths, *weights])
+        training = torch.is_grad_enabled() and (x.requires_grad or any(w.requires_grad for w in weights))
+        x = call("task_lstm_layer_train" if training else "task_lstm_layer", [x, lengths, *weights])
     return x
 
 

@@ -164,9 +164,11 @@ def op_layer(layer: nn.Module, inputs: torch.Tensor, steps: torch.Tensor, first:
     ``inputs (2B, T, P)`` (the directions' rows; ``first``: the tokens ``(B, T, P)``), ``steps (B,)`` ->
     ``(2B, T, P)``, the residual added."""
     weights = [layer.input_kernel, layer.state_kernel, layer.bias, layer.projection]
-    # The eager path's choice of oneDNN's prepacked products: at inference only.
-    prepack = not (torch.is_grad_enabled() and (inputs.requires_grad or any(w.requires_grad for w in weights)))
-    return call("bilstm_layer", [inputs, steps, *weights], bilstm_layer_consts(layer, prepack, first))
+    training = torch.is_grad_enabled() and (inputs.requires_grad or any(w.requires_grad for w in weights))
+    # In training, the operator that keeps its steps for its backward; at inference, the one that may use oneDNN's
+    # prepacked products (the eager path's choice).
+    name = "bilstm_layer_train" if training else "bilstm_layer"
+    return call(name, [inputs, steps, *weights], bilstm_layer_consts(layer, not training, first))
 
 
 def _task_lstm_step(w_forward: torch.Tensor, w_backward: torch.Tensor):

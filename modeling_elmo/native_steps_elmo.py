@@ -164,6 +164,38 @@ def native_forward(
     return (output + inputs if layer.residual else output), h, c
 
 
+def native_steps_saving(
+    gates: torch.Tensor,
+    batch_sizes: Sequence[int],
+    state_kernel: torch.Tensor,
+    projection: torch.Tensor | None,
+    cell_clip: float | None,
+    proj_clip: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``bptt_elmo.steps_saving`` (same arguments and results) in the library's ``lstm_steps_saving``."""
+    return getattr(torch.ops, namespace()).lstm_steps_saving(
+        gates, list(batch_sizes), state_kernel, projection, cell_clip, proj_clip
+    )
+
+
+def native_steps_backward(
+    grad: torch.Tensor,
+    activations: torch.Tensor,
+    c_raw: torch.Tensor,
+    p_raw: torch.Tensor,
+    batch_sizes: Sequence[int],
+    state_kernel: torch.Tensor,
+    projection: torch.Tensor | None,
+    cell_clip: float | None,
+    proj_clip: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``bptt_elmo.steps_backward`` (same arguments and results) in the library's ``lstm_steps_backward``."""
+    d_gates, d_state_kernel, d_projection = getattr(torch.ops, namespace()).lstm_steps_backward(
+        grad.contiguous(), activations, c_raw, p_raw, list(batch_sizes), state_kernel, projection, cell_clip, proj_clip
+    )
+    return d_gates, d_state_kernel, (None if projection is None else d_projection)
+
+
 SOURCE = r"""
 // The biLM layer's steps in one call (lstm_steps), for the compiled path on the CPU: the products the
 // eager path picks (oneDNN's prepacked ones or torch's batched ones, through the dispatcher), the cell in one pass
@@ -177,6 +209,7 @@ SOURCE = r"""
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 #include <torch/library.h>
 
 #include <cmath>
@@ -185,6 +218,7 @@ SOURCE = r"""
 #include <limits>
 #include <optional>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -215,7 +249,8 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 // sigmoid(o) tanh(c) in T. In bfloat16 the gates' activations are rounded to bfloat16, as torch's bfloat16 ops
 // round them in the eager cell; the cell state stays float32 there too.
 template <typename T>
-void cell(const T* gates, const float* c, float* c_out, T* memory, int64_t rows, int64_t d, float clip) {
+void cell(const T* gates, const float* c, float* c_out, T* memory, int64_t rows, int64_t d, float clip,
+          T* activations = nullptr, float* c_raw = nullptr) {
   constexpr int64_t B = 512;
   const int64_t blocks = (d + B - 1) / B;
   at::parallel_for(0, rows * blocks, 4, [&](int64_t first, int64_t last) {
@@ -244,6 +279,17 @@ void cell(const T* gates, const float* c, float* c_out, T* memory, int64_t rows,
         f[q] = round_as(g, f[q]);
         o[q] = round_as(g, o[q]);
       }
+      if (activations != nullptr) {  // for the backward (lstm_steps_saving)
+        T* a = activations + r * 4 * d + k0;
+        float* raw = c_raw + r * d + k0;
+        for (int64_t q = 0; q < n; ++q) {
+          store(a, q, i[q]);
+          store(a, d + q, j[q]);
+          store(a, 2 * d + q, f[q]);
+          store(a, 3 * d + q, o[q]);
+          raw[q] = f[q] * cr[q] + i[q] * j[q];
+        }
+      }
 #pragma omp simd
       for (int64_t q = 0; q < n; ++q) {
         float v = f[q] * cr[q] + i[q] * j[q];
@@ -257,21 +303,48 @@ void cell(const T* gates, const float* c, float* c_out, T* memory, int64_t rows,
   });
 }
 
+// No clip: the largest float (not infinity, which -ffast-math assumes never occurs).
+inline float limit_of(std::optional<double> clip) {
+  return clip.has_value() ? float(*clip) : std::numeric_limits<float>::max();
+}
+
+template <typename T>
+T* pointer(const at::Tensor& t) {
+  return reinterpret_cast<T*>(t.data_ptr());
+}
+
 // gates (G, n, 4D) float32 or bfloat16, c (G, n, D) float32 -> (new c, the projection's input in the gates' dtype).
-std::tuple<at::Tensor, at::Tensor> run_cell(const at::Tensor& gates, const at::Tensor& c,
-                                             std::optional<double> clip) {
-  const int64_t rows = c.size(0) * c.size(1), d = c.size(2);
+// With activations (G, n, 4D) and c_raw (G, n, D) (views whose directions may lie apart, each direction's rows
+// contiguous), the cell also writes its activations and its unclipped state there.
+std::tuple<at::Tensor, at::Tensor> run_cell(const at::Tensor& gates, const at::Tensor& c, std::optional<double> clip,
+                                             const at::Tensor* activations = nullptr,
+                                             const at::Tensor* c_raw = nullptr) {
+  const int64_t groups = c.size(0), d = c.size(2);
   auto g = gates.contiguous();
   auto cc = c.contiguous();
   auto c_out = at::empty_like(cc);
   auto memory = at::empty(cc.sizes(), g.options());
-  // No clip: the largest float (not infinity, which -ffast-math assumes never occurs).
-  const float limit = clip.has_value() ? float(*clip) : std::numeric_limits<float>::max();
+  const float limit = limit_of(clip);
+  auto run = [&](auto* type, int64_t first, int64_t count) {
+    using T = std::remove_pointer_t<decltype(type)>;
+    const int64_t rows = count * c.size(1);
+    const int64_t at_row = first * c.size(1);
+    cell(pointer<T>(g) + at_row * 4 * d, cc.data_ptr<float>() + at_row * d, c_out.data_ptr<float>() + at_row * d,
+         pointer<T>(memory) + at_row * d, rows, d, limit,
+         activations ? pointer<T>((*activations)[first]) : nullptr,
+         c_raw ? (*c_raw)[first].data_ptr<float>() : nullptr);
+  };
+  auto all = [&](auto* type) {
+    if (activations == nullptr) {
+      run(type, 0, groups);
+    } else {
+      for (int64_t k = 0; k < groups; ++k) run(type, k, 1);
+    }
+  };
   if (g.scalar_type() == at::kFloat) {
-    cell(g.data_ptr<float>(), cc.data_ptr<float>(), c_out.data_ptr<float>(), memory.data_ptr<float>(), rows, d, limit);
+    all(static_cast<float*>(nullptr));
   } else {
-    cell(reinterpret_cast<const uint16_t*>(g.data_ptr()), cc.data_ptr<float>(), c_out.data_ptr<float>(),
-         reinterpret_cast<uint16_t*>(memory.data_ptr()), rows, d, limit);
+    all(static_cast<uint16_t*>(nullptr));
   }
   return {c_out, memory};
 }
@@ -289,9 +362,10 @@ at::Tensor boxed(const c10::OperatorHandle& op, torch::jit::Stack stack) {
 // (G, D, P).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> steps(
     const at::Tensor& input_gates, at::Tensor h, at::Tensor c, c10::IntArrayRef batch_sizes,
-    const at::Tensor& state_kernel, const at::Tensor& projection, const std::optional<at::Tensor>& state_packed,
+    const at::Tensor& state_kernel, const std::optional<at::Tensor>& projection,
+    const std::optional<at::Tensor>& state_packed,
     const std::optional<at::Tensor>& projection_packed, int64_t min_rows, std::optional<double> cell_clip,
-    std::optional<double> proj_clip) {
+    std::optional<double> proj_clip, const at::Tensor* c_raw = nullptr, const at::Tensor* p_raw = nullptr) {
   static auto linear = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
   static auto linear_add = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "binary");
   const bool prepacked = state_packed.has_value() && projection_packed.has_value();
@@ -319,15 +393,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> steps(
     } else {
       gates = at::baddbmm(step_gates, h, state_kernel);
     }
-    auto [c_new, memory] = run_cell(gates, c, cell_clip);
+    at::Tensor kept_activations, kept_c;  // lstm_steps_saving: this step's rows of what the backward needs
+    if (c_raw != nullptr) {
+      kept_activations = step_gates;  // the input gates, read above, make room for the activations
+      kept_c = c_raw->narrow(1, offset, n);
+    }
+    auto [c_new, memory] =
+        run_cell(gates, c, cell_clip, c_raw ? &kept_activations : nullptr, c_raw ? &kept_c : nullptr);
     at::Tensor h_new;
     if (packed) {
       h_new = boxed(linear, {memory[0], *projection_packed, c10::IValue(), std::string("none"), no_scalars,
                              std::string("")})
                   .unsqueeze(0);
     } else {
-      h_new = at::bmm(memory, projection);
+      h_new = projection.has_value() ? at::bmm(memory, *projection) : memory;
     }
+    if (p_raw != nullptr) p_raw->narrow(1, offset, n).copy_(h_new);
     if (proj_clip.has_value()) h_new.clamp_(-*proj_clip, *proj_clip);
     outputs.narrow(1, offset, n).copy_(h_new);
     h = h_new;
@@ -376,6 +457,130 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps(
   return {at::cat(outputs), at::cat(hs), at::cat(cs)};
 }
 
+// bptt_elmo.steps_saving: the steps of G directions from zero states, torch's batched products (without a projection,
+// h = m: the task BiLSTM's cell, its gates reordered to i, j, f, o). gates (G, R, 4D),
+// its first N = sum(batch_sizes) rows the input products (bias included), is overwritten with the activations
+// sigmoid(i), tanh(j), sigmoid(f), sigmoid(o) -> outputs (G, N, P), c_raw (G, R, D) float32, p_raw (G, R, P).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps_saving(
+    const at::Tensor& gates, c10::IntArrayRef batch_sizes, const at::Tensor& state_kernel,
+    const std::optional<at::Tensor>& projection, std::optional<double> cell_clip, std::optional<double> proj_clip) {
+  TORCH_CHECK(gates.is_contiguous(), "lstm_steps_saving: contiguous gates");
+  const int64_t groups = gates.size(0), rows = gates.size(1), d = gates.size(2) / 4;
+  const int64_t p = projection.has_value() ? projection->size(2) : d;
+  const int64_t running = batch_sizes.empty() ? 0 : batch_sizes[0];
+  auto c_raw = at::empty({groups, rows, d}, gates.options().dtype(at::kFloat));
+  auto p_raw = at::empty({groups, rows, p}, gates.options());
+  auto h = at::zeros({groups, running, p}, gates.options());
+  auto c = at::zeros({groups, running, d}, gates.options().dtype(at::kFloat));
+  int64_t total = 0;
+  for (int64_t n : batch_sizes) total += n;
+  TORCH_CHECK(total <= rows, "lstm_steps_saving: more packed steps than gates");
+  auto outputs = std::get<0>(steps(gates.narrow(1, 0, total), h, c, batch_sizes, state_kernel, projection,
+                                   std::nullopt, std::nullopt, 0, cell_clip, proj_clip, &c_raw, &p_raw));
+  return std::make_tuple(outputs, c_raw, p_raw);
+}
+
+// One step of the backward, for rows whose cell kept activations (i, j, f, o), c_raw and, but at the first step,
+// c_prev_raw (the previous step's): dm (the gradient of m = o tanh(c)) and d_carry (the next step's gradient of c,
+// float32, updated in place to this step's c_prev gradient) -> d_gates (rows, 4D) and m (rows, D) for the
+// projection's gradient. The clips pass a gradient where clip(x) = x (|x| <= clip), as torch's clamp.
+template <typename T>
+void cell_backward(const T* activations, const float* c_raw, const float* c_prev_raw, const T* dm, float* d_carry,
+                   T* d_gates, T* memory, int64_t rows, int64_t d, float clip) {
+  constexpr int64_t B = 512;
+  const int64_t blocks = (d + B - 1) / B;
+  at::parallel_for(0, rows * blocks, 4, [&](int64_t first, int64_t last) {
+    for (int64_t w = first; w < last; ++w) {
+      const int64_t r = w / blocks, k0 = (w % blocks) * B, n = std::min(B, d - k0);
+      const T* a = activations + r * 4 * d + k0;
+      const float* raw = c_raw + r * d + k0;
+      const float* prev = c_prev_raw ? c_prev_raw + r * d + k0 : nullptr;
+      const T* g = dm + r * d + k0;
+      float* carry = d_carry + r * d + k0;
+      T* out = d_gates + r * 4 * d + k0;
+      T* m = memory + r * d + k0;
+      for (int64_t q = 0; q < n; ++q) {
+        const float i = load(a, q), j = load(a, d + q), f = load(a, 2 * d + q), o = load(a, 3 * d + q);
+        const float x = raw[q];
+        const float c = x < -clip ? -clip : (x > clip ? clip : x);
+        const float tanh_c = 2.0f * sigmoid(2.0f * c) - 1.0f;
+        const float grad_m = load(g, q);
+        float dc = carry[q] + grad_m * o * (1.0f - tanh_c * tanh_c);
+        if (x < -clip || x > clip) dc = 0.0f;
+        const float c_prev = prev ? std::min(clip, std::max(-clip, prev[q])) : 0.0f;
+        store(out, q, dc * j * i * (1.0f - i));
+        store(out, d + q, dc * i * (1.0f - j * j));
+        store(out, 2 * d + q, dc * c_prev * f * (1.0f - f));
+        store(out, 3 * d + q, grad_m * tanh_c * o * (1.0f - o));
+        store(m, q, o * tanh_c);
+        carry[q] = dc * f;
+      }
+    }
+  });
+}
+
+// bptt_elmo.steps_backward: grad (G, N, P), what lstm_steps_saving kept -> d_gates (G, N, 4D),
+// d_state_kernel (G, P, 4D), d_projection (G, D, P) (without a projection, an empty tensor).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps_backward(
+    const at::Tensor& grad, const at::Tensor& activations, const at::Tensor& c_raw, const at::Tensor& p_raw,
+    c10::IntArrayRef batch_sizes, const at::Tensor& state_kernel, const std::optional<at::Tensor>& projection,
+    std::optional<double> cell_clip, std::optional<double> proj_clip) {
+  TORCH_CHECK(activations.is_contiguous() && c_raw.is_contiguous() && p_raw.is_contiguous(),
+              "lstm_steps_backward: contiguous saved tensors");
+  TORCH_CHECK(c_raw.scalar_type() == at::kFloat, "lstm_steps_backward: a float32 cell state");
+  const int64_t groups = grad.size(0), total = grad.size(1), p = grad.size(2), d = c_raw.size(2);
+  const int64_t steps_count = int64_t(batch_sizes.size());
+  const int64_t running = steps_count ? batch_sizes[0] : 0;
+  auto options = activations.options();
+  auto d_gates = at::empty({groups, total, 4 * d}, options);
+  auto memory = at::empty({groups, total, d}, options);
+  auto d_projected = at::empty({groups, total, p}, grad.options());
+  auto dh = at::zeros({groups, running, p}, grad.options());
+  auto dc = at::zeros({groups, running, d}, c_raw.options());
+  auto state_t = state_kernel.transpose(1, 2);
+  std::vector<int64_t> offsets(steps_count);
+  for (int64_t t = 0, o = 0; t < steps_count; o += batch_sizes[t], ++t) offsets[t] = o;
+  const float clip = limit_of(cell_clip);
+  for (int64_t t = steps_count - 1; t >= 0; --t) {
+    const int64_t offset = offsets[t], n = batch_sizes[t];
+    auto g = grad.narrow(1, offset, n).add(dh.narrow(1, 0, n));
+    if (proj_clip.has_value()) {
+      g = g.masked_fill(p_raw.narrow(1, offset, n).abs().gt(*proj_clip), 0);
+    }
+    d_projected.narrow(1, offset, n).copy_(g);
+    auto dm = (projection.has_value() ? at::bmm(g, projection->transpose(1, 2)) : g).contiguous();
+    TORCH_CHECK(dm.scalar_type() == activations.scalar_type(), "lstm_steps_backward: the gradient in the gates' dtype");
+    auto carry = dc.narrow(1, 0, n).contiguous();
+    for (int64_t k = 0; k < groups; ++k) {
+      const float* raw = pointer<float>(c_raw[k]);
+      float* d_carry = pointer<float>(carry[k]);
+      auto run = [&](auto* type) {
+        using T = std::remove_pointer_t<decltype(type)>;
+        cell_backward(pointer<T>(activations[k]) + offset * 4 * d, raw + offset * d,
+                      t ? raw + offsets[t - 1] * d : nullptr, pointer<T>(dm[k]), d_carry,
+                      pointer<T>(d_gates[k]) + offset * 4 * d, pointer<T>(memory[k]) + offset * d, n, d, clip);
+      };
+      if (activations.scalar_type() == at::kFloat) {
+        run(static_cast<float*>(nullptr));
+      } else {
+        run(static_cast<uint16_t*>(nullptr));
+      }
+    }
+    dc.narrow(1, 0, n).copy_(carry);
+    dh.narrow(1, 0, n).copy_(at::bmm(d_gates.narrow(1, offset, n), state_t));
+  }
+  // The weights' gradients over all steps at once: h_{t-1} of each packed row (zero at step 0), and m.
+  auto h_prev = at::zeros({groups, total, p}, grad.options());
+  for (int64_t t = 1; t < steps_count; ++t) {
+    auto previous = p_raw.narrow(1, offsets[t - 1], batch_sizes[t]);
+    h_prev.narrow(1, offsets[t], batch_sizes[t])
+        .copy_(proj_clip.has_value() ? previous.clamp(-*proj_clip, *proj_clip) : previous);
+  }
+  auto d_state_kernel = at::bmm(h_prev.transpose(1, 2), d_gates);
+  auto d_projection = projection.has_value() ? at::bmm(memory.transpose(1, 2), d_projected) : at::empty({0}, options);
+  return std::make_tuple(d_gates, d_state_kernel, d_projection);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(elmo_native, m) {
@@ -385,8 +590,23 @@ TORCH_LIBRARY(elmo_native, m) {
       "(Tensor, Tensor, Tensor)");
   m.impl("lstm_steps", c10::DispatchKey::CPU, TORCH_FN(lstm_steps));
   m.impl("lstm_steps", c10::DispatchKey::MkldnnCPU, TORCH_FN(lstm_steps));  // with oneDNN's prepacked weights
+  m.def(
+      "lstm_steps_saving(Tensor(a!) gates, int[] batch_sizes, Tensor state_kernel, Tensor? projection, "
+      "float? cell_clip, float? proj_clip) -> (Tensor, Tensor, Tensor)");
+  m.impl("lstm_steps_saving", c10::DispatchKey::CPU, TORCH_FN(lstm_steps_saving));
+  m.def(
+      "lstm_steps_backward(Tensor grad, Tensor activations, Tensor c_raw, Tensor p_raw, int[] batch_sizes, "
+      "Tensor state_kernel, Tensor? projection, float? cell_clip, float? proj_clip) -> (Tensor, Tensor, Tensor)");
+  m.impl("lstm_steps_backward", c10::DispatchKey::CPU, TORCH_FN(lstm_steps_backward));
 }
 """
 
 
-__all__ = ["SOURCE", "namespace", "native_forward", "native_steps_available"]
+__all__ = [
+    "SOURCE",
+    "namespace",
+    "native_forward",
+    "native_steps_available",
+    "native_steps_backward",
+    "native_steps_saving",
+]

@@ -481,7 +481,12 @@ def test_an_int8_biLM_is_refused_under_compile_by_name():
 
 def test_trainer_with_torch_compile_trains_as_eager(tmp_path):
     """``Trainer(torch_compile=True)`` (inductor, plain ``torch.compile``) on the CRF tagger with a 2-layer task
-    BiLSTM: after two steps every weight as with an eager Trainer."""
+    BiLSTM: after two steps every weight as with an eager Trainer.
+
+    SGD with a learning rate of 1, so that each update is the gradient itself: Adam's first steps are
+    ``lr * g / (|g| + 1e-8)``, which turns gradient components of 1e-12 to 1e-8 (present here, with rounding
+    differences of ~1e-8 between eager's per-step sums and the compiled backward's all-steps products) into steps
+    of any size up to ``lr``."""
     from datasets import Dataset
     from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
@@ -490,13 +495,15 @@ def test_trainer_with_torch_compile_trains_as_eager(tmp_path):
     tokenizer = ElmoTokenizer.from_pretrained(demo_model_path())
     words = [s.split() for s in ("EU rejects German call .", "Peter Blackburn", "a b c d e f g")] * 3
     rows = [{**tokenizer(w, is_split_into_words=True), "labels": [k % 3 for k in range(len(w))]} for w in words]
-    weights = {}
+    weights, initial = {}, {}
     for compiled in (False, True):
         torch.manual_seed(0)
         model = TRAINED["tagger_crf_2_layers"]()
+        initial = {key: p.detach().clone() for key, p in model.named_parameters()}
         args = TrainingArguments(
             output_dir=str(tmp_path / str(compiled)), torch_compile=compiled, max_steps=2, report_to=[],
             per_device_train_batch_size=4, save_strategy="no", disable_tqdm=True, use_cpu=True, seed=0,
+            optim="sgd", learning_rate=1.0, lr_scheduler_type="constant",
         )  # fmt: skip
         trainer = Trainer(
             model=model,
@@ -508,3 +515,5 @@ def test_trainer_with_torch_compile_trains_as_eager(tmp_path):
         weights[compiled] = {key: p.detach().clone() for key, p in model.named_parameters()}
     for key, want in weights[False].items():
         torch.testing.assert_close(weights[True][key], want, rtol=1e-5, atol=1e-6, msg=key)
+    moved = [key for key, want in weights[False].items() if (want - initial[key]).abs().max() > 1e-3]
+    assert any("encoder.lstm" in key for key in moved) and any("crf" in key for key in moved), moved

@@ -16,6 +16,7 @@ SHIPPED = {
     "__init__.py",
     "__main__.py",  # python -m modeling_elmo SCRIPT.py ARGS
     "auto_map_elmo.py",
+    "bptt_elmo.py",  # backpropagation through time for the compiled path's training operators
     "character_inputs_elmo.py",
     "characters.py",
     "checks_elmo.py",
