@@ -7,8 +7,14 @@ steps: ``native_steps_elmo.py``), one warm-up call per path, then ``--repeats`` 
 alternate; each path's words/s is its median. Prints a Markdown table, the CPU (``/proc/cpuinfo``), the load
 (``os.getloadavg``) before and after (the machine may be shared), and whether the C++ steps ran.
 
+With ``--train``, training steps instead (float32, forward and backward, the gradients compared): ``ElmoModel``
+with its biLM trained (the loss: the mean square of every layer) and the CRF tagger with 2 task layers over the
+frozen biLM, without dropout (a compiled dropout draws other numbers than eager's, and the gradients would differ),
+eager and compiled alternating, each path's median step time.
+
     python benchmarks/bench_compile.py                       # original size (2x4096_512), ~3 min on 2 cores
     python benchmarks/bench_compile.py --size tiny --repeats 3 --batch-sizes 1 4    # seconds: the harness
+    python benchmarks/bench_compile.py --train --size small --batch-sizes 16        # training steps, ~2 min
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_inference import SIZES, cpu_description, make_batch, make_vocab  # noqa: E402
 
-from modeling_elmo import ElmoConfig, ElmoModel  # noqa: E402
+from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel  # noqa: E402
 from modeling_elmo.native_steps_elmo import native_steps_available  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -61,6 +67,79 @@ def measure(model: ElmoModel, ids, mask, repeats: int) -> dict:
     }
 
 
+def training_models(size: str, ids: torch.Tensor, mask: torch.Tensor) -> dict:
+    """name -> (model, its loss on the batch), for ``--train``."""
+    torch.manual_seed(0)
+    bilm = ElmoModel(ElmoConfig(**SIZES[size], freeze_bilm=False, elmo_dropout=0.0))
+    no_dropout = {"elmo_dropout": 0.0, "tagger_dropout": 0.0}  # compiled dropout draws its own numbers
+    tagger = ElmoForTokenClassification(
+        ElmoConfig(**SIZES[size], num_labels=9, use_crf=True, tagger_num_layers=2, **no_dropout)
+    )
+    labels = torch.randint(0, 9, ids.shape[:2]).masked_fill(mask == 0, -100)
+
+    def bilm_loss(module) -> torch.Tensor:
+        out = module(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        return sum(layer.pow(2).mean() for layer in out.hidden_states)
+
+    def tagger_loss(module) -> torch.Tensor:
+        return module(input_ids=ids, attention_mask=mask, labels=labels).loss
+
+    return {"ElmoModel, biLM trained": (bilm, bilm_loss), "CRF tagger, 2 task layers": (tagger, tagger_loss)}
+
+
+def measure_training(model: torch.nn.Module, loss, repeats: int) -> dict:
+    """Eager and compiled training steps (forward and backward) of one batch: first-call seconds, median seconds,
+    the largest gradient difference relative to the largest gradient."""
+    model.train()
+    compiled = torch.compile(model)
+
+    def step(module) -> tuple[float, dict]:
+        model.zero_grad(set_to_none=True)
+        start = time.perf_counter()
+        loss(module).backward()
+        seconds = time.perf_counter() - start
+        return seconds, {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+
+    first, got = step(compiled)
+    _, want = step(model)
+    step(compiled)  # warm-up of both
+    times = {"eager": [], "compiled": []}
+    for _ in range(repeats):
+        for name, module in (("eager", model), ("compiled", compiled)):
+            times[name].append(step(module)[0])
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    scale = max(float(g.abs().max()) for g in want.values())
+    difference = max(float((got[name] - g).abs().max()) for name, g in want.items())
+    return {
+        "first_call_s": first,
+        "eager_s": medians["eager"],
+        "compiled_s": medians["compiled"],
+        "ratio": medians["eager"] / medians["compiled"],
+        "grad_diff": difference / scale,
+    }
+
+
+def train_main(args) -> list[dict]:
+    vocab, rows = make_vocab(), []
+    for batch in args.batch_sizes:
+        ids, mask = make_batch(batch, args.min_words, args.max_words, vocab, seed=batch)
+        for name, (model, loss) in training_models(args.size, ids, mask).items():
+            torch._dynamo.reset()
+            rows.append({"model": name, "batch": batch, **measure_training(model, loss, args.repeats)})
+    print(f"load after: {os.getloadavg()}")
+    native = "yes" if native_steps_available() else "no: the Python steps (see the warning above)"
+    print(f"the compiled recurrences' C++ steps (modeling_elmo/native_steps_elmo.py): {native}")
+    print(f"\n{args.size} size, float32 training steps, median of {args.repeats} interleaved runs after warm-up\n")
+    print("| model | batch | eager step (s) | compiled step (s) | compiled/eager speed | first call (s) | grad diff |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        print(
+            f"| {row['model']} | {row['batch']} | {row['eager_s']:.3f} | {row['compiled_s']:.3f} | "
+            f"{row['ratio']:.2f}x | {row['first_call_s']:.1f} | {row['grad_diff']:.1e} |"
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", default="original", choices=sorted(SIZES))
@@ -69,10 +148,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--min-words", type=int, default=10)
     parser.add_argument("--max-words", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--train", action="store_true", help="training steps (float32) instead of inference")
     args = parser.parse_args(argv)
 
     print(f"CPU: {cpu_description()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
     print(f"load before: {os.getloadavg()}")
+    if args.train:
+        return train_main(args)
     vocab = make_vocab()
     rows = []
     for dtype_name in args.dtypes:

@@ -5,8 +5,8 @@ Each operator's implementation is the eager path's own code on padded tensors: t
 word once, with the convolutions up to the longest word (on the CPU only: it reads values into Python; on CUDA
 inductor compiles the character CNN, see ``graph_path_elmo.py``), the biLM layer packs the valid
 steps (on the CPU, with oneDNN's prepacked products at inference, as ``ElmoBiLstmLayer.forward``, and all its steps
-in one C++ call where a compiler is found: ``native_steps_elmo.py``; its backward recomputes in Python), the task
-BiLSTM layer runs ``torch.lstm`` on packed sequences, the CRF's forward and forward-backward algorithms loop over
+in one C++ call where a compiler is found: ``native_steps_elmo.py``), the task BiLSTM layer runs ``torch.lstm`` on
+packed sequences, the CRF's forward and forward-backward algorithms loop over
 the steps. Why operators and not the scans of ``graph_path_elmo.py``: inductor (torch 2.13) cannot lower a scan of
 symbolic length, gets some scan gradients wrong and fails at plain ``torch.compile`` (``DataDependentOutputException``
 in ``decompose_scan_to_while_loop``); an operator runs only real steps, at the eager path's speed, at any length.
@@ -14,14 +14,16 @@ in ``decompose_scan_to_while_loop``); an operator runs only real steps, at the e
 Off the CPU (CUDA) the implementations read no value into Python (no packing: every step of the padded batch, the
 past-the-end outputs zeroed), so that a CUDA graph (``mode="reduce-overhead"``) can capture them.
 
-Gradients: each operator ``elmo::NAME`` has a backward operator ``elmo::NAME_backward`` that re-runs the eager
-function under ``torch.func.vjp`` and returns its vector-Jacobian product (a recomputation: nothing but the inputs
-is saved). The functions draw no random numbers (the task BiLSTM's dropout runs between the layers, in the graph),
-so the recomputation is the forward's own function; for the task BiLSTM, the same function step by step
-(``torch.func`` cannot differentiate ``torch.lstm``).
+Gradients. The recurrences have a training operator each (``elmo::bilstm_layer_train``,
+``elmo::task_lstm_layer_train``), which the model calls where gradients are wanted: its forward keeps what each step
+computed and its backward operator walks the steps back (``bptt_elmo.py``; in C++ where built). Their inference
+operators have no backward. The character encoder and the CRF's recursions have a backward operator
+``elmo::NAME_backward`` that re-runs the eager function under ``torch.func.vjp`` and returns its vector-Jacobian
+product (a recomputation: nothing but the inputs is saved; the functions draw no random numbers, so the
+recomputation is the forward's own function).
 
 Every operator takes ``tensors: list[Tensor]`` and ``consts: list[float]`` (settings; ``nan`` for ``None``) and
-returns one tensor; [`call`] is the way in.
+returns one tensor ([`call`], the way in, returns the training operators' first output alone).
 """
 
 from __future__ import annotations
@@ -73,9 +75,11 @@ def _define(
     eager: Callable[[list[Tensor], list[float]], Tensor],
     fake: Callable,
     recompute: Callable[[list[Tensor], list[float]], Tensor] | None = None,
+    differentiable: bool = True,
 ) -> None:
-    """Register ``elmo::name`` (``eager`` as its implementation, ``fake`` for tracing) and its backward operator,
-    which differentiates ``recompute`` (default ``eager``: the same function, for what ``torch.func`` can trace)."""
+    """Register ``elmo::name`` (``eager`` as its implementation, ``fake`` for tracing) and, if ``differentiable``, its
+    backward operator, which differentiates ``recompute`` (default ``eager``: the same function, for what
+    ``torch.func`` can trace)."""
     recompute = recompute or eager
 
     def forward(tensors: list[Tensor], consts: list[float]) -> Tensor:
@@ -113,6 +117,9 @@ def _define(
     tags = (torch.Tag.needs_contiguous_strides,)
     forward_op = torch.library.custom_op(f"{NAMESPACE}::{name}", forward, mutates_args=(), tags=tags)
     forward_op.register_fake(lambda tensors, consts: fake(list(tensors), list(consts)))
+    _OPS[name] = (forward_op, eager)
+    if not differentiable:
+        return
     backward_op = torch.library.custom_op(f"{NAMESPACE}::{name}_backward", backward, mutates_args=(), tags=tags)
     backward_op.register_fake(lambda grad, tensors, consts: [t.new_empty(t.shape) for t in tensors])
 
@@ -130,7 +137,6 @@ def _define(
         return grads, (None if ctx.consts else [])
 
     forward_op.register_autograd(formula, setup_context=setup_context)
-    _OPS[name] = (forward_op, eager)
 
 
 def call(name: str, tensors: Sequence[Tensor], consts: Sequence[float] = ()) -> Tensor:
@@ -141,6 +147,30 @@ def call(name: str, tensors: Sequence[Tensor], consts: Sequence[float] = ()) -> 
         dtype = torch.get_autocast_dtype(device.type)
         tensors = [t.to(dtype) if t.is_floating_point() else t for t in tensors]
     return _OPS[name][0](list(tensors), [float(c) for c in consts])
+
+
+def _define_kept_steps(name: str, forward: Callable, fake: Callable, backward: Callable) -> None:
+    """Register ``elmo::name`` (returning its output and what its steps kept) with ``backward`` as its gradient, and
+    ``call(name, ...)`` as its output alone."""
+    tags = (torch.Tag.needs_contiguous_strides,)
+    forward_op = torch.library.custom_op(f"{NAMESPACE}::{name}", forward, mutates_args=(), tags=tags)
+    forward_op.register_fake(fake)
+    backward_op = torch.library.custom_op(f"{NAMESPACE}::{name}_backward", backward, mutates_args=(), tags=tags)
+    backward_op.register_fake(lambda grad, tensors, *kept_and_consts: [t.new_empty(t.shape) for t in tensors])
+
+    def setup_context(ctx, inputs, output):
+        tensors, consts = inputs
+        ctx.save_for_backward(*tensors, *output[1:])
+        ctx.consts = consts
+
+    def formula(ctx, grad, *unused):
+        *tensors, activations, c_raw, p_raw = ctx.saved_tensors
+        grads = backward_op(grad.contiguous(), tensors, activations, c_raw, p_raw, ctx.consts)
+        grads = [g if t.is_floating_point() else None for g, t in zip(grads, tensors, strict=True)]
+        return grads, (None if ctx.consts else [])  # as [`_define`]'s formula
+
+    forward_op.register_autograd(formula, setup_context=setup_context)
+    _OPS[name] = (lambda tensors, consts: forward_op(tensors, consts)[0], forward)
 
 
 def _clip(value: float) -> float | None:
@@ -282,17 +312,23 @@ def _both_inputs(inputs: Tensor, lengths: Tensor, consts: list[float]) -> Tensor
     return inputs.view(2, lengths.shape[0], inputs.shape[-2], inputs.shape[-1])
 
 
+def _reads_lengths(device: torch.device) -> bool:
+    """Whether the recurrences pack the valid steps (reading the lengths into Python: the CPU), or run every step
+    of the padded batch (no value read: CUDA graphs can capture them). Tests run the padded layout on the CPU."""
+    return device.type == "cpu"
+
+
 class _Steps:
     """Where the valid steps of a ``(2, B, T, ...)`` batch go in the time-major packed layout of the recurrences
     (``ElmoBiLm.forward``'s: rows longest first, step 0 of every row, then step 1 of the rows still running, ...)
-    on the CPU. Off the CPU no value is read into Python (CUDA graphs): every step of every row, ``batch_sizes``
-    ``[B] * T``; the steps past a row's end come after its real ones and never reach them."""
+    on the CPU. Off the CPU ([`_reads_lengths`]) every step of every row, ``batch_sizes`` ``[B] * T``: the steps
+    past a row's end come after its real ones and never reach them."""
 
     def __init__(self, lengths: Tensor, steps: int):
         batch = lengths.shape[0]
         self.batch, self.steps = batch, steps
         self.live = torch.arange(steps, device=lengths.device) < lengths.unsqueeze(1)  # (B, T)
-        if lengths.device.type != "cpu":
+        if not _reads_lengths(lengths.device):
             self.batch_sizes = [batch] * steps
             return
         sorted_lengths, self.order = lengths.sort(descending=True)
@@ -337,15 +373,14 @@ def _bilstm_layer(tensors: list[Tensor], consts: list[float], native: bool = Fal
 def _bilstm_directions(
     inputs: Tensor, lengths: Tensor, weights: list[Tensor], consts: list[float], native: bool
 ) -> Tensor:
-    # The C++ steps: in the forward operator on the CPU (the backward recomputes in Python, which torch.func can
-    # differentiate), for the dtypes the kernel takes.
+    # The C++ steps: on the CPU, for the dtypes the kernel takes.
     native = native and inputs.device.type == "cpu" and inputs.dtype in (torch.float32, torch.bfloat16)
     layer = _layer_view(weights, consts, native=native and native_steps_available())
     _, batch, steps, width = inputs.shape
     h = inputs.new_zeros(2, batch, width)
     c = inputs.new_zeros(2, batch, layer.lstm_dim, dtype=layer.state_dtype(weights[2].dtype))
-    if batch == 0:  # zeros that depend on the weights (the recomputed backward needs an autograd graph)
-        return inputs.new_zeros(2, 0, steps, width) + 0 * sum(w.sum() for w in weights).to(inputs.dtype)
+    if batch == 0:
+        return inputs.new_zeros(2, 0, steps, width)
     layout = _Steps(lengths, steps)
     output, _, _ = layer.forward(layout.pack(inputs), h, c, layout.batch_sizes)
     return layout.unpack(output)
@@ -356,11 +391,12 @@ def _bilstm_layer_fake(tensors: list[Tensor], consts: list[float]) -> Tensor:
     return inputs.new_empty(2 * lengths.shape[0], inputs.shape[1], projection.shape[-1], dtype=projection.dtype)
 
 
+# At inference; where gradients are wanted, ``elmo::bilstm_layer_train`` runs instead (graph_path_elmo.op_layer).
 _define(
     "bilstm_layer",
     lambda tensors, consts: _bilstm_layer(tensors, consts, native=True),
     _bilstm_layer_fake,
-    recompute=_bilstm_layer,
+    differentiable=False,
 )
 
 
@@ -445,24 +481,23 @@ def _bilstm_layer_train_backward(
         return [d_inputs.contiguous(), torch.zeros_like(lengths), d_input_kernel, d_state_kernel, d_bias, d_projection]
 
 
+_define_kept_steps("bilstm_layer_train", _bilstm_layer_train, _bilstm_layer_train_fake, _bilstm_layer_train_backward)
+
+
 # ------------------------------------------------------------------------------------------- task BiLSTM layer
 
 
-def _task_lstm_layer(tensors: list[Tensor], consts: list[float], steps: bool = False) -> Tensor:
-    """One layer of a task BiLSTM (``nn.LSTM``'s weights and gates): ``features (B, W, F)``, ``lengths (B,)``, then
-    ``W_ih, W_hh, b_ih, b_hh`` of the forward and of the backward direction -> ``(B, W, 2H)``, zero past each row's
-    length (an empty row runs one step at its first position, as in eager mode). ``steps``: the same function step
-    by step ([`_lstm_steps`]), for the backward operator (``torch.func`` cannot differentiate ``torch.lstm``: "Cannot
-    access data pointer of Tensor that doesn't have storage")."""
+def _task_lstm_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
+    """One layer of a task BiLSTM (``nn.LSTM``'s weights and gates), at inference: ``features (B, W, F)``,
+    ``lengths (B,)``, then ``W_ih, W_hh, b_ih, b_hh`` of the forward and of the backward direction -> ``(B, W, 2H)``,
+    zero past each row's length (an empty row runs one step at its first position, as in eager mode). Where
+    gradients are wanted, ``elmo::task_lstm_layer_train`` runs instead ([`task_lstm`])."""
     features, lengths, *weights = tensors
     batch, words, _ = features.shape
     hidden = weights[1].shape[-1]
     if words == 0 or batch == 0:
-        # Zeros that depend on the weights: the recomputed backward needs an output in the autograd graph.
-        return features.new_zeros(batch, words, 2 * hidden) + 0 * sum(w.sum() for w in weights)
+        return features.new_zeros(batch, words, 2 * hidden)
     lengths = lengths.clamp(min=1)
-    if steps:
-        return _lstm_steps(features, lengths, weights)
     if features.device.type == "cpu":  # the eager path's packed sequences
         state = features.new_zeros(2, batch, hidden)
         packed = pack_padded_sequence(features, lengths.cpu(), batch_first=True, enforce_sorted=False)
@@ -489,39 +524,12 @@ def _lstm_direction(x: Tensor, *weights: Tensor) -> Tensor:
     return torch.lstm(x, (zero, zero), list(weights), True, 1, 0.0, False, False, True)[0]
 
 
-def _lstm_steps(features: Tensor, lengths: Tensor, weights: list[Tensor]) -> Tensor:
-    """[`_both_directions`] with ``torch.lstm``, step by step, both directions in each step's batched products
-    (``nn.LSTM``'s gates: input, forget, cell, output): one Python loop, not one per direction. The steps' input
-    gates come from one ``unbind``, whose gradient is one stack (indexing each step, ``gates_in[:, t]``, cost a zero
-    tensor of all the gates per step in the backward)."""
-    x = torch.stack([features, reverse_padded(features, lengths)])  # (2, B, W, F)
-    w_ih, w_hh = torch.stack(weights[0::4]), torch.stack(weights[1::4])  # (2, 4H, F), (2, 4H, H)
-    bias = (torch.stack(weights[2::4]) + torch.stack(weights[3::4])).unsqueeze(1)  # (2, 1, 4H)
-    gates_in = torch.einsum("dbwf,dgf->dwbg", x, w_ih)  # (2, W, B, 4H)
-    h = c = x.new_zeros(2, x.shape[1], w_hh.shape[-1])
-    outputs = []
-    for gates_t in gates_in.unbind(1):
-        i, f, g, o = torch.baddbmm(gates_t + bias, h, w_hh.transpose(1, 2)).chunk(4, dim=-1)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        outputs.append(h)
-    runs = torch.stack(outputs, dim=2)  # (2, B, W, H)
-    output = torch.cat([runs[0], reverse_padded(runs[1], lengths)], dim=-1)
-    live = torch.arange(features.shape[1], device=features.device) < lengths.unsqueeze(1)
-    return output * live.unsqueeze(-1).to(output.dtype)
-
-
 def _task_lstm_layer_fake(tensors: list[Tensor], consts: list[float]) -> Tensor:
     features, w_hh = tensors[0], tensors[3]
     return features.new_empty(*features.shape[:-1], 2 * w_hh.shape[-1])
 
 
-_define(
-    "task_lstm_layer",
-    _task_lstm_layer,
-    _task_lstm_layer_fake,
-    recompute=lambda tensors, consts: _task_lstm_layer(tensors, consts, steps=True),
-)
+_define("task_lstm_layer", _task_lstm_layer, _task_lstm_layer_fake, differentiable=False)
 
 
 # ``elmo::task_lstm_layer_train``: ``elmo::task_lstm_layer`` (same arguments, same output first) for a layer whose
@@ -607,39 +615,14 @@ def _task_lstm_layer_train_backward(
         return [d_features.contiguous(), torch.zeros_like(tensors[1]), *d_weights]
 
 
-def _define_kept_steps(name: str, forward: Callable, fake: Callable, backward: Callable) -> None:
-    """Register ``elmo::name`` (returning its output and what its steps kept) with ``backward`` as its gradient, and
-    ``call(name, ...)`` as its output alone."""
-    tags = (torch.Tag.needs_contiguous_strides,)
-    forward_op = torch.library.custom_op(f"{NAMESPACE}::{name}", forward, mutates_args=(), tags=tags)
-    forward_op.register_fake(fake)
-    backward_op = torch.library.custom_op(f"{NAMESPACE}::{name}_backward", backward, mutates_args=(), tags=tags)
-    backward_op.register_fake(lambda grad, tensors, *kept_and_consts: [t.new_empty(t.shape) for t in tensors])
-
-    def setup_context(ctx, inputs, output):
-        tensors, consts = inputs
-        ctx.save_for_backward(*tensors, *output[1:])
-        ctx.consts = consts
-
-    def formula(ctx, grad, *unused):
-        *tensors, activations, c_raw, p_raw = ctx.saved_tensors
-        grads = backward_op(grad.contiguous(), tensors, activations, c_raw, p_raw, ctx.consts)
-        grads = [g if t.is_floating_point() else None for g, t in zip(grads, tensors, strict=True)]
-        return grads, (None if ctx.consts else [])  # as [`_define`]'s formula
-
-    forward_op.register_autograd(formula, setup_context=setup_context)
-    _OPS[name] = (lambda tensors, consts: forward_op(tensors, consts)[0], forward)
-
-
-_define_kept_steps("bilstm_layer_train", _bilstm_layer_train, _bilstm_layer_train_fake, _bilstm_layer_train_backward)
 _define_kept_steps(
     "task_lstm_layer_train", _task_lstm_layer_train, _task_lstm_layer_train_fake, _task_lstm_layer_train_backward
 )
 
 
 def task_lstm(lstm: nn.Module, features: Tensor, lengths: Tensor) -> Tensor:
-    """``ElmoTaskLstm``'s forward as one operator call per layer, the module's dropout between the layers (in the
-    graph: the recomputed backward then sees the same dropped units): ``(B, W, F)``, ``(B,)`` -> ``(B, W, 2H)``."""
+    """``ElmoTaskLstm``'s forward as one operator call per layer (the training operator where gradients are wanted),
+    the module's dropout between the layers, in the graph: ``(B, W, F)``, ``(B,)`` -> ``(B, W, 2H)``."""
     x = features
     for k in range(lstm.num_layers):
         if k > 0:

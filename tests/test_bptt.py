@@ -74,14 +74,17 @@ def test_steps_backward_equals_autograd_through_the_layers_recurrence(dtype, cli
             torch.testing.assert_close(value, expected[name], atol=tolerance, rtol=0, msg=name)
 
 
-@pytest.fixture(params=["native", "torch"])
+@pytest.fixture(params=["native", "torch", "torch_padded"])
 def steps_kind(request, monkeypatch):
-    """The training operators' steps: the C++ ones (where a compiler builds them) or the plain torch ones."""
+    """The training operators' steps: the C++ ones (where a compiler builds them), the plain torch ones, or those
+    over every step of the padded batch, as on CUDA (where no value may be read into Python)."""
     if request.param == "native":
         if not native_steps_available():
             pytest.skip("the C++ steps could not be built here (no C++ compiler): the torch steps run instead")
     else:
         monkeypatch.setattr(ops, "_native_bptt", lambda tensor: False)
+    if request.param == "torch_padded":
+        monkeypatch.setattr(ops, "_reads_lengths", lambda device: False)
     return request.param
 
 
