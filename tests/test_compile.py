@@ -411,6 +411,27 @@ def test_inductor_training_gradients_equal_eager(name):
         _same_gradients(got, want)
 
 
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
+def test_gradient_checkpointing_under_compile_gives_eager_gradients(reentrant):
+    """``gradient_checkpointing_enable`` (what ``Trainer(gradient_checkpointing=True)`` calls) and plain
+    ``torch.compile`` together, the biLM trained: every gradient as eager's. The reentrant checkpoint runs the layers'
+    forward without gradients (the inference operators), then again with them (the training operators)."""
+    grads = []
+    ids, mask = _batch(3, 6)
+    for compiled in (False, True):
+        model = _model().train()  # (checkpointing applies in training mode)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+        assert model.is_gradient_checkpointing
+        module = torch.compile(model) if compiled else model
+        out = module(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        sum(layer.pow(2).mean() for layer in out.hidden_states).backward()
+        grads.append({name: p.grad for name, p in model.named_parameters() if p.grad is not None})
+    eager, compiled_grads = grads
+    assert any(name.startswith("bilm.") for name in eager)
+    for name, want in eager.items():  # (compiled also gives the unused mixes zeros where eager leaves None)
+        torch.testing.assert_close(compiled_grads[name], want, rtol=1e-5, atol=1e-7, msg=name)
+
+
 def test_inductor_runs_the_eager_character_encoder_for_every_encoder_structure():
     """The compiled character encoder (``elmo::token_layer``: the eager encoder itself, each distinct word once) on an
     ELMoForManyLangs-shaped model: its own character vocabulary and padding id, a word input, tanh, 2 highways. The
