@@ -69,8 +69,9 @@ def pool_words(states: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.
     counts = mask.sum(dim=1, keepdim=True)  # (B, 1)
     pooled = []
     if pooling in ("max_mean", "max"):
-        # -inf on padding so that it never wins; a sentence without words would keep -inf: it gets zeros.
-        best = states.masked_fill(~keep, float("-inf")).amax(dim=1) if states.shape[1] else states.sum(dim=1)
+        # -inf on padding so that it never wins; a sentence without words would keep -inf: it gets zeros. max, not
+        # amax, whose gradient divides by the count of entries equal to the max (0 in inductor's bfloat16 kernels).
+        best = states.masked_fill(~keep, float("-inf")).max(dim=1).values if states.shape[1] else states.sum(dim=1)
         pooled.append(best.masked_fill(counts.eq(0), 0.0))
     if pooling in ("max_mean", "mean"):
         pooled.append(states.masked_fill(~keep, 0.0).sum(dim=1) / counts.clamp(min=1).to(states.dtype))

@@ -59,7 +59,9 @@ class ElmoBidafAttention(nn.Module):
             + torch.bmm(h * self.product_weight, u.transpose(1, 2))
         )
         attended_u = torch.bmm(masked_softmax(similarity, u_mask.unsqueeze(1), dim=2), u)  # (B, T, 2d): ~u
-        best = similarity.masked_fill(~u_mask.unsqueeze(1), torch.finfo(similarity.dtype).min).amax(dim=2)  # (B, T)
+        # max, not amax: amax's gradient divides by the count of entries equal to the max, which inductor's bfloat16
+        # kernels (the entries recomputed in float32) can make 0, and compiled training under autocast got NaN.
+        best = similarity.masked_fill(~u_mask.unsqueeze(1), torch.finfo(similarity.dtype).min).max(dim=2).values
         attended_h = torch.bmm(masked_softmax(best, h_mask, dim=1).unsqueeze(1), h)  # (B, 1, 2d): ~h
         return torch.cat([h, attended_u, h * attended_u, h * attended_h], dim=-1)
 

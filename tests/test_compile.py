@@ -432,6 +432,24 @@ def test_gradient_checkpointing_under_compile_gives_eager_gradients(reentrant):
         torch.testing.assert_close(compiled_grads[name], want, rtol=1e-5, atol=1e-7, msg=name)
 
 
+def test_question_answering_trains_compiled_under_bfloat16_autocast_with_finite_gradients():
+    """Compiled QA training under CPU bfloat16 autocast (``Trainer(bf16=True)``): the attention's max over the
+    question took ``amax``, whose gradient divides by the count of entries equal to the max; inductor's kernels
+    recompute the entries in float32 against the bfloat16 max, the count came to 0, and every gradient upstream of
+    the attention was NaN (eager's were finite)."""
+    model = TRAINED["question_answering"]().train()
+    inputs = _trained_inputs("question_answering", 4, 6, 0)
+    for module in (model, torch.compile(model)):
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = module(**inputs)
+        out.loss.backward()
+        grads = _trained_grads(model)
+        assert grads and all(torch.isfinite(g).all() for g in grads.values()), [
+            name for name, g in grads.items() if not torch.isfinite(g).all()
+        ]
+
+
 def test_inductor_runs_the_eager_character_encoder_for_every_encoder_structure():
     """The compiled character encoder (``elmo::token_layer``: the eager encoder itself, each distinct word once) on an
     ELMoForManyLangs-shaped model: its own character vocabulary and padding id, a word input, tanh, 2 highways. The
