@@ -22,6 +22,23 @@ TINY_SIZES = dict(
 TINY = dict(TINY_SIZES, cell_clip=3.0, proj_clip=3.0, initializer_range=0.3)
 
 
+def random_bilstm_layer(dtype, clips: bool, residual: bool = False):
+    """A tiny ``ElmoBiLstmLayer`` with weights drawn from N(0, 0.5) (seed 0), in ``dtype``; ``clips``: a cell clip of 1
+    and a projection clip of 0.5, which bind (some cell states and outputs pass them unclipped)."""
+    import torch
+
+    from modeling_elmo import ElmoConfig
+    from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
+
+    torch.manual_seed(0)
+    config = ElmoConfig(**{**TINY, "cell_clip": 1.0 if clips else None, "proj_clip": 0.5 if clips else None})
+    layer = ElmoBiLstmLayer(config, residual=residual)
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.normal_(0, 0.5)
+    return layer.to(dtype)
+
+
 # Tolerances come from the float32 error measured on the computation each checks: AMD EPYC Zen 4 with the default
 # kernels (AVX-512), AVX2 kernels (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2), unvectorised ATen, 1 and 2
 # threads; and an AMX Xeon (issue 29).

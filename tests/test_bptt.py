@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import TINY
+from helpers import random_bilstm_layer
 
-from modeling_elmo import ElmoConfig
 from modeling_elmo import compiled_ops_elmo as ops
 from modeling_elmo.bptt_elmo import steps_backward, steps_saving
 from modeling_elmo.compiled_ops_elmo import bilstm_layer_consts, call
-from modeling_elmo.modeling_elmo import ElmoBiLstmLayer
 from modeling_elmo.native_steps_elmo import native_steps_available
 from modeling_elmo.task_lstm_elmo import ElmoTaskLstm
 
@@ -22,21 +20,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 BATCH_SIZES = [4, 4, 3, 3, 2, 1, 1]
 
 
-def _layer(dtype: torch.dtype, clips: bool, residual: bool = False) -> ElmoBiLstmLayer:
-    torch.manual_seed(0)
-    # Clips that bind: some of the cell states and outputs are clipped (checked below).
-    config = ElmoConfig(**{**TINY, "cell_clip": 1.0 if clips else None, "proj_clip": 0.5 if clips else None})
-    layer = ElmoBiLstmLayer(config, residual=residual)
-    with torch.no_grad():
-        for parameter in layer.parameters():
-            parameter.normal_(0, 0.5)
-    return layer.to(dtype)
-
-
 @pytest.mark.parametrize("clips", [True, False], ids=["clips", "no_clips"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 def test_steps_backward_equals_autograd_through_the_layers_recurrence(dtype, clips):
-    layer = _layer(dtype, clips)
+    layer = random_bilstm_layer(dtype, clips)
     layer.use_prepacked_weights = False
     generator = torch.Generator().manual_seed(1)
     total, rows = sum(BATCH_SIZES), BATCH_SIZES[0]
@@ -93,7 +80,7 @@ def test_the_bilm_training_operator_has_eager_gradients(steps_kind, first):
     """``elmo::bilstm_layer_train`` run eagerly with autograd against the eager function it replaces
     (``_bilstm_layer``: the eager layer's recurrence over the packed steps), with differentiable inputs and weights,
     rows of several lengths, the residual on the second layer."""
-    layer = _layer(torch.float32, clips=True, residual=not first)
+    layer = random_bilstm_layer(torch.float32, clips=True, residual=not first)
     generator = torch.Generator().manual_seed(2)
     lengths = torch.tensor([5, 2, 7, 3])
     rows = lengths.shape[0] if first else 2 * lengths.shape[0]
@@ -147,7 +134,7 @@ def test_the_task_lstm_training_operator_has_nn_lstms_gradients(steps_kind):
 
 
 def test_a_batch_of_no_rows_trains(steps_kind):
-    layer = _layer(torch.float32, clips=True)
+    layer = random_bilstm_layer(torch.float32, clips=True)
     weights = [p.detach().clone().requires_grad_() for p in layer.parameters()]
     x = torch.zeros(0, 4, layer.projection_dim, requires_grad=True)
     out = call(

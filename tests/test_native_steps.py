@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 import torch
-from helpers import TINY
+from helpers import TINY, random_bilstm_layer
 
 from modeling_elmo import ElmoConfig, ElmoModel
 from modeling_elmo.fast_path_elmo import PrepackedProducts, _PrepackedWeights
@@ -36,17 +36,6 @@ def compiler():
 BATCH_SIZES = [4, 4, 3, 3, 2, 1, 1]  # rows running at each step: rows end at steps 2, 4, 5 and 7
 
 
-def _layer(dtype: torch.dtype, clips: bool) -> ElmoBiLstmLayer:
-    torch.manual_seed(0)
-    # Clips that bind: cell states reach 3 and outputs 2 unclipped.
-    config = ElmoConfig(**{**TINY, "cell_clip": 1.0 if clips else None, "proj_clip": 0.5 if clips else None})
-    layer = ElmoBiLstmLayer(config, residual=False)
-    with torch.no_grad():
-        for parameter in layer.parameters():
-            parameter.normal_(0, 0.5)
-    return layer.to(dtype)
-
-
 def _state(layer: ElmoBiLstmLayer, groups: int, dtype: torch.dtype):
     """Packed inputs ``(G, N, P)`` and non-zero initial states ``(G, B, P)``, ``(G, B, D)``: carried states are
     inputs too."""
@@ -67,7 +56,7 @@ def test_native_steps_equal_the_python_recurrence(dtype, products, clips, block_
     or each with oneDNN's prepacked ones (the steps of one row with the plain product in float32, ``min_rows`` 2);
     rows that end early keep their last state; the input product in blocks; the residual added."""
     assert native_steps_available()
-    layer = _layer(dtype, clips)
+    layer = random_bilstm_layer(dtype, clips)
     monkeypatch.setattr(layer, "gate_block_rows", block_rows)
     monkeypatch.setattr(layer, "residual", clips)
     inputs, h, c = _state(layer, 2, dtype)
@@ -168,7 +157,7 @@ def test_native_training_steps_equal_the_torch_steps(dtype, clips, projection):
     from modeling_elmo.native_steps_elmo import native_steps_backward, native_steps_saving
 
     assert native_steps_available()
-    layer = _layer(dtype, clips)
+    layer = random_bilstm_layer(dtype, clips)
     total = sum(BATCH_SIZES)
     generator = torch.Generator().manual_seed(4)
     width = layer.projection_dim if projection else layer.lstm_dim
@@ -182,9 +171,12 @@ def test_native_training_steps_equal_the_torch_steps(dtype, clips, projection):
         activations = gates.clone()
         outputs, c_raw, p_raw = saving(activations, BATCH_SIZES, *weights)
         kept[name] = (outputs, activations, c_raw, p_raw)  # (the rows past the packed steps are room, unread)
-    # Measured: up to 1.6e-6 in float32 (values up to 3); 0 in bfloat16 but for one c_raw ulp (1.2e-7, float32).
+    # Measured: up to 1.6e-6 in float32 (values up to 3). In bfloat16 the same values on AVX-512, but with AVX2
+    # kernels one activation one bfloat16 step apart (6.1e-5 at 0.011: the C++ exp and torch's round it apart), as
+    # in test_native_steps_equal_the_python_recurrence, whose bfloat16 bound this takes.
+    forward_tolerance = 5e-6 if dtype == torch.float32 else 1.6e-2
     for got, want in zip(kept["native"], kept["torch"], strict=True):
-        torch.testing.assert_close(got[:, :total].float(), want[:, :total].float(), atol=5e-6, rtol=0)
+        torch.testing.assert_close(got[:, :total].float(), want[:, :total].float(), atol=forward_tolerance, rtol=0)
     grad = torch.randn(kept["torch"][0].shape, generator=generator).to(dtype)
     _, activations, c_raw, p_raw = kept["torch"]
     found = [
