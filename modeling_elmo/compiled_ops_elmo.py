@@ -328,10 +328,11 @@ class _Steps:
         batch = lengths.shape[0]
         self.batch, self.steps = batch, steps
         self.live = torch.arange(steps, device=lengths.device) < lengths.unsqueeze(1)  # (B, T)
+        self.index: Tensor | None = None  # where each packed step comes from in (B * T): packed layout only
         if not _reads_lengths(lengths.device):
             self.batch_sizes = [batch] * steps
             return
-        sorted_lengths, self.order = lengths.sort(descending=True)
+        _, self.order = lengths.sort(descending=True)
         valid = self.live.index_select(0, self.order)
         step_index, row_index = valid.t().nonzero(as_tuple=True)
         self.index = row_index * steps + step_index
@@ -340,14 +341,14 @@ class _Steps:
     def pack(self, x: Tensor) -> Tensor:
         """``(2, B, T, F)`` -> ``(2, N, F)``."""
         width = x.shape[-1]
-        if not hasattr(self, "index"):
+        if self.index is None:
             return x.transpose(1, 2).reshape(2, self.steps * self.batch, width)
         return x.index_select(1, self.order).reshape(2, self.batch * self.steps, width).index_select(1, self.index)
 
     def unpack(self, y: Tensor) -> Tensor:
         """``(2, N, F)`` -> ``(2, B, T, F)``, zero past each row's length."""
         width = y.shape[-1]
-        if not hasattr(self, "index"):
+        if self.index is None:
             return y.view(2, self.steps, self.batch, width).transpose(1, 2) * self.live.unsqueeze(-1).to(y.dtype)
         full = y.new_zeros(2, self.batch * self.steps, width).index_copy(1, self.index, y)
         return full.view(2, self.batch, self.steps, width).index_select(1, self.order.argsort())
