@@ -279,20 +279,21 @@ void cell(const T* gates, const float* c, float* c_out, T* memory, int64_t rows,
         f[q] = round_as(g, f[q]);
         o[q] = round_as(g, o[q]);
       }
-      if (activations != nullptr) {  // for the backward (lstm_steps_saving)
+      float* raw = nullptr;  // the unclipped state, for the backward (lstm_steps_saving)
+      if (activations != nullptr) {
         T* a = activations + r * 4 * d + k0;
-        float* raw = c_raw + r * d + k0;
+        raw = c_raw + r * d + k0;
         for (int64_t q = 0; q < n; ++q) {
           store(a, q, i[q]);
           store(a, d + q, j[q]);
           store(a, 2 * d + q, f[q]);
           store(a, 3 * d + q, o[q]);
-          raw[q] = f[q] * cr[q] + i[q] * j[q];
         }
       }
 #pragma omp simd
       for (int64_t q = 0; q < n; ++q) {
         float v = f[q] * cr[q] + i[q] * j[q];
+        if (raw != nullptr) raw[q] = v;  // the value clipped next: the backward's clip mask is the forward's
         v = v < -clip ? -clip : (v > clip ? clip : v);
         cw[q] = v;
         m[q] = o[q] * (2.0f * sigmoid(2.0f * v) - 1.0f);
