@@ -119,6 +119,20 @@ def measure_training(model: torch.nn.Module, loss, repeats: int) -> dict:
     }
 
 
+def report(steps: str, title: str, columns: list[tuple[str, str, str]], rows: list[dict]) -> None:
+    """The load after the runs, whether the C++ steps ran, then ``title`` and a Markdown table of ``rows`` with
+    ``columns`` (header, key, format)."""
+    print(f"load after: {os.getloadavg()}")
+    # Asked after the runs: the first compiled call builds the library, and its time belongs to that call.
+    native = "yes" if native_steps_available() else "no: the Python steps (see the warning above)"
+    print(f"{steps} (modeling_elmo/native_steps_elmo.py): {native}")
+    print(f"\n{title}\n")
+    print("| " + " | ".join(header for header, _, _ in columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(form.format(row[key]) for _, key, form in columns) + " |")
+
+
 def train_main(args) -> list[dict]:
     vocab, rows = make_vocab(), []
     for batch in args.batch_sizes:
@@ -126,17 +140,17 @@ def train_main(args) -> list[dict]:
         for name, (model, loss) in training_models(args.size, ids, mask).items():
             torch._dynamo.reset()
             rows.append({"model": name, "batch": batch, **measure_training(model, loss, args.repeats)})
-    print(f"load after: {os.getloadavg()}")
-    native = "yes" if native_steps_available() else "no: the Python steps (see the warning above)"
-    print(f"the compiled recurrences' C++ steps (modeling_elmo/native_steps_elmo.py): {native}")
-    print(f"\n{args.size} size, float32 training steps, median of {args.repeats} interleaved runs after warm-up\n")
-    print("| model | batch | eager step (s) | compiled step (s) | compiled/eager speed | first call (s) | grad diff |")
-    print("|---|---|---|---|---|---|---|")
-    for row in rows:
-        print(
-            f"| {row['model']} | {row['batch']} | {row['eager_s']:.3f} | {row['compiled_s']:.3f} | "
-            f"{row['ratio']:.2f}x | {row['first_call_s']:.1f} | {row['grad_diff']:.1e} |"
-        )
+    columns = [
+        ("model", "model", "{}"),
+        ("batch", "batch", "{}"),
+        ("eager step (s)", "eager_s", "{:.3f}"),
+        ("compiled step (s)", "compiled_s", "{:.3f}"),
+        ("compiled/eager speed", "ratio", "{:.2f}x"),
+        ("first call (s)", "first_call_s", "{:.1f}"),
+        ("grad diff", "grad_diff", "{:.1e}"),
+    ]
+    title = f"{args.size} size, float32 training steps, median of {args.repeats} interleaved runs after warm-up"
+    report("the compiled recurrences' C++ steps", title, columns, rows)
     return rows
 
 
@@ -165,18 +179,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for batch in args.batch_sizes:
             ids, mask = make_batch(batch, args.min_words, args.max_words, vocab, seed=batch)
             rows.append({"dtype": dtype_name, "batch": batch, **measure(model, ids, mask, args.repeats)})
-    print(f"load after: {os.getloadavg()}")
-    # Asked after the runs: the first compiled call builds the library, and its time belongs to that call.
-    native = "yes" if native_steps_available() else "no: the Python steps (see the warning above)"
-    print(f"the compiled biLM's C++ steps (modeling_elmo/native_steps_elmo.py): {native}")
-    print(f"\n{args.size} size, median of {args.repeats} interleaved runs after warm-up\n")
-    print("| dtype | batch | eager words/s | compiled words/s | compiled/eager | first call (s) | max diff |")
-    print("|---|---|---|---|---|---|---|")
-    for row in rows:
-        print(
-            f"| {row['dtype']} | {row['batch']} | {row['eager_words_s']:.1f} | {row['compiled_words_s']:.1f} | "
-            f"{row['ratio']:.2f}x | {row['first_call_s']:.1f} | {row['max_diff']:.1e} |"
-        )
+    columns = [
+        ("dtype", "dtype", "{}"),
+        ("batch", "batch", "{}"),
+        ("eager words/s", "eager_words_s", "{:.1f}"),
+        ("compiled words/s", "compiled_words_s", "{:.1f}"),
+        ("compiled/eager", "ratio", "{:.2f}x"),
+        ("first call (s)", "first_call_s", "{:.1f}"),
+        ("max diff", "max_diff", "{:.1e}"),
+    ]
+    title = f"{args.size} size, median of {args.repeats} interleaved runs after warm-up"
+    report("the compiled biLM's C++ steps", title, columns, rows)
     return rows
 
 
