@@ -1,4 +1,5 @@
-"""The biLSTM's CPU fast path: oneDNN's prepacked weights for the LSTM products at inference, and a faster tanh.
+"""The biLSTM's CPU fast path: oneDNN's prepacked weights for the LSTM products at inference, and a faster tanh;
+and where the character CNN splits a batch's words by length (``length_split``).
 
 [`ElmoBiLstmLayer.forward`] chooses it at one place: ``PrepackedProducts.for_layer(layer, h)`` gives the products
 of this module where they apply (on the CPU, without autograd, with oneDNN for the dtype, for weights of at least
@@ -192,4 +193,20 @@ class PrepackedProducts:
         return _packed_products(memory, packed)
 
 
-__all__ = ["BOTH_DIRECTIONS", "PrepackedProducts", "cpu_tanh", "prepacked"]
+def length_split(ranked: torch.Tensor, min_words: int = 64, min_saving: float = 0.25) -> int | None:
+    """Where to cut the words, whose lengths (characters and marks) ``ranked (N,)`` holds in ascending order, into
+    a short and a long group that the character CNN convolves apart, or ``None`` where one call serves better. The
+    convolutions' work grows with each group's words times its longest word: split where that saves at least
+    ``min_saving`` of it, for at least ``min_words`` words (fewer cost more in calls than they save)."""
+    n = ranked.numel()
+    if n < min_words:
+        return None
+    k = torch.arange(1, n, device=ranked.device)
+    cost = k * ranked[:-1] + (n - k) * ranked[-1]  # the first k words up to their longest, the rest up to the last
+    best = int(cost.argmin())
+    if cost[best] > (1 - min_saving) * n * ranked[-1]:
+        return None
+    return best + 1
+
+
+__all__ = ["BOTH_DIRECTIONS", "PrepackedProducts", "cpu_tanh", "length_split", "prepacked"]

@@ -57,7 +57,7 @@ from .checks_elmo import (
 )
 from .compiled_ops_elmo import use_bilstm_layer, use_char_encoder
 from .configuration_elmo import ElmoConfig
-from .fast_path_elmo import BOTH_DIRECTIONS, PrepackedProducts, cpu_tanh
+from .fast_path_elmo import BOTH_DIRECTIONS, PrepackedProducts, cpu_tanh, length_split
 from .graph_path_elmo import graph_layers, in_graph
 from .graph_path_elmo import reverse_padded as _reverse_padded
 from .lstm_state_elmo import ElmoLstmState, LstmState
@@ -141,10 +141,10 @@ class ElmoCharacterEncoder(nn.Module):
         Words are far shorter than C: positions past the longest word hold only the padding mark, and every window
         made only of padding has the same value. The convolutions run up to the longest word, and that one value
         stands in for the windows past it (the result is the same). Where the lengths differ enough (see
-        [`_length_split`]), the short and the long words are convolved apart, each group up to its own longest.
+        [`length_split`]), the short and the long words are convolved apart, each group up to its own longest.
         """
         ranked, order = lengths.sort()
-        split = _length_split(ranked)
+        split = length_split(ranked)
         if split is not None:
             parts = [self.filters(char_ids[group], lengths[group]) for group in (order[:split], order[split:])]
             return torch.cat(parts)[order.argsort()]
@@ -166,22 +166,6 @@ class ElmoCharacterEncoder(nn.Module):
 
 
 use_char_encoder(ElmoCharacterEncoder)  # the encoder that torch.compile's token-layer operator runs (compiled_ops_elmo)
-
-
-def _length_split(ranked: torch.Tensor, min_words: int = 64, min_saving: float = 0.25) -> int | None:
-    """Where to cut the words, whose lengths (characters and marks) ``ranked (N,)`` holds in ascending order, into
-    a short and a long group that the character CNN convolves apart, or ``None`` where one call serves better. The
-    convolutions' work grows with each group's words times its longest word: split where that saves at least
-    ``min_saving`` of it, for at least ``min_words`` words (fewer cost more in calls than they save)."""
-    n = ranked.numel()
-    if n < min_words:
-        return None
-    k = torch.arange(1, n, device=ranked.device)
-    cost = k * ranked[:-1] + (n - k) * ranked[-1]  # the first k words up to their longest, the rest up to the last
-    best = int(cost.argmin())
-    if cost[best] > (1 - min_saving) * n * ranked[-1]:
-        return None
-    return best + 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,9 +19,9 @@ from helpers import BATCHING_ATOL
 
 from modeling_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
 from modeling_elmo.characters import word_to_char_ids
+from modeling_elmo.fast_path_elmo import length_split
 from modeling_elmo.inference.embed_corpus import embed_corpus
 from modeling_elmo.inference.token_cache import build_token_cache, token_cache_size
-from modeling_elmo.modeling_elmo import _length_split
 from modeling_elmo.reference import reference_forward
 
 REPO = Path(__file__).resolve().parent.parent
@@ -131,7 +131,7 @@ def test_char_cnn_shortcut_equals_full_width_convolution(activation):
     words = random_words(rng, 40) + ["x" * 48, "y" * 47, "€" * 20, "a", "<S>", "</S>"]
     many = random_words(rng, 150) + ["q" * 45]  # enough words of different lengths to be convolved in groups
     many_ids = torch.tensor([word_to_char_ids(w) for w in many])
-    assert _length_split(many_ids.ne(model.char_cnn.padding_id).sum(dim=-1).sort().values) is not None
+    assert length_split(many_ids.ne(model.char_cnn.padding_id).sum(dim=-1).sort().values) is not None
     for group in ([w for w in words if len(w) < 4], words, ["z" * 60], many):  # short-only, mixed, full-width
         ids = torch.tensor([word_to_char_ids(w) for w in group])
         with torch.no_grad():
@@ -140,12 +140,12 @@ def test_char_cnn_shortcut_equals_full_width_convolution(activation):
 
 
 def test_words_are_split_by_length_only_where_it_saves_work():
-    assert _length_split(torch.full((500,), 12)) is None  # all alike
-    assert _length_split(torch.tensor([3] * 30 + [40] * 2)) is None  # too few words to pay for the calls
+    assert length_split(torch.full((500,), 12)) is None  # all alike
+    assert length_split(torch.tensor([3] * 30 + [40] * 2)) is None  # too few words to pay for the calls
     lengths = torch.tensor([5] * 90 + [7] * 60 + [30] * 10)
-    assert _length_split(lengths) == 150  # the short ones up to 7 positions, the rest up to 30
-    assert _length_split(torch.tensor([5] * 150 + [30] * 10)) == 150
-    assert _length_split(torch.tensor([5] * 100 + [6] * 60)) is None  # a saving of 1/6 only
+    assert length_split(lengths) == 150  # the short ones up to 7 positions, the rest up to 30
+    assert length_split(torch.tensor([5] * 150 + [30] * 10)) == 150
+    assert length_split(torch.tensor([5] * 100 + [6] * 60)) is None  # a saving of 1/6 only
 
 
 @pytest.mark.parametrize("count", [3, 100], ids=["one-group", "split-by-length"])

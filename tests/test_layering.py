@@ -287,3 +287,12 @@ def test_hub_modules_import_no_private_name_of_another_module():
                 names = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
                 offenders += [f"{path.relative_to(ROOT)} line {node.lineno}: {name}" for name in names]
     assert not offenders, "private names imported from another module:\n" + "\n".join(offenders)
+
+
+def test_no_source_file_over_a_thousand_lines():
+    """The project's rule: a file that long holds more than one thing; cut it where the concepts part."""
+    files = [p for p in ROOT.rglob("*.py") if not any(part.startswith(".") for part in p.relative_to(ROOT).parts)]
+    files = [p for p in files if "egg-info" not in str(p)]
+    assert len(files) > 50, files
+    long = {str(p.relative_to(ROOT)): n for p in files if (n := len(p.read_text(encoding="utf-8").splitlines())) > 1000}
+    assert not long, f"files over 1,000 lines: {long}"
