@@ -31,10 +31,37 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_inference import SIZES, cpu_description, make_batch, make_vocab  # noqa: E402
 
-from modeling_elmo import ElmoConfig, ElmoForTokenClassification, ElmoModel  # noqa: E402
+from modeling_elmo import (  # noqa: E402
+    ElmoConfig,
+    ElmoForPreTraining,
+    ElmoForQuestionAnswering,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+)
 from modeling_elmo.native_steps_elmo import native_steps_available  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+LM_VOCAB = 2000  # the LM head's softmax: every word a negative (the full softmax), so that the gradients compare
+NO_DROPOUT = {f"{part}_dropout": 0.0 for part in ("elmo", "tagger", "classifier", "lm")}  # compiled: other draws
+# The models of --train, from a size's settings: the biLM trained (ElmoModel, the LM head) or frozen (the task heads).
+TRAINED = {
+    "ElmoModel, biLM trained": lambda size: ElmoModel(ElmoConfig(**size, freeze_bilm=False, **NO_DROPOUT)),
+    "CRF tagger, 2 task layers": lambda size: ElmoForTokenClassification(
+        ElmoConfig(**size, num_labels=9, use_crf=True, tagger_num_layers=2, **NO_DROPOUT)
+    ),
+    "tagger, 1 task layer": lambda size: ElmoForTokenClassification(
+        ElmoConfig(**size, num_labels=9, use_crf=False, tagger_num_layers=1, **NO_DROPOUT)
+    ),
+    "sentence classifier": lambda size: ElmoForSequenceClassification(ElmoConfig(**size, num_labels=3, **NO_DROPOUT)),
+    "pair classifier": lambda size: ElmoForSequenceClassification(
+        ElmoConfig(**size, num_labels=3, classifier_head="pair", **NO_DROPOUT)
+    ),
+    "question answering": lambda size: ElmoForQuestionAnswering(ElmoConfig(**size, **NO_DROPOUT)),
+    "LM head": lambda size: ElmoForPreTraining(
+        ElmoConfig(**size, lm_vocab_size=LM_VOCAB, lm_num_samples=LM_VOCAB, **NO_DROPOUT)
+    ),
+}
 
 
 def top_layer(module, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -67,24 +94,44 @@ def measure(model: ElmoModel, ids, mask, repeats: int) -> dict:
     }
 
 
-def training_models(size: str, ids: torch.Tensor, mask: torch.Tensor) -> dict:
-    """name -> (model, its loss on the batch), for ``--train``."""
-    torch.manual_seed(0)
-    bilm = ElmoModel(ElmoConfig(**SIZES[size], freeze_bilm=False, elmo_dropout=0.0))
-    no_dropout = {"elmo_dropout": 0.0, "tagger_dropout": 0.0}  # compiled dropout draws its own numbers
-    tagger = ElmoForTokenClassification(
-        ElmoConfig(**SIZES[size], num_labels=9, use_crf=True, tagger_num_layers=2, **no_dropout)
-    )
-    labels = torch.randint(0, 9, ids.shape[:2]).masked_fill(mask == 0, -100)
+def training_models(size: str, ids: torch.Tensor, mask: torch.Tensor, names: list[str]) -> dict:
+    """name -> (model, its loss on the batch), for ``--train``: each of ``names`` (keys of ``TRAINED``)."""
+    batch, words = ids.shape[:2]
+    generator = torch.Generator().manual_seed(0)
+    # A pair: the second text from the sentence's middle on (each row has at least 10 words).
+    types = (torch.arange(words) >= mask.sum(dim=1, keepdim=True) // 2).long() * mask
+    labels = {
+        "tags": torch.randint(0, 9, (batch, words), generator=generator).masked_fill(mask == 0, -100),
+        "classes": torch.randint(0, 3, (batch,), generator=generator),
+        "words": torch.randint(0, LM_VOCAB, (batch, words), generator=generator).masked_fill(mask == 0, -100),
+        "span": types.argmax(dim=1),  # the second text's first word
+    }
+    inputs = {
+        "ElmoModel, biLM trained": {},
+        "CRF tagger, 2 task layers": {"labels": labels["tags"]},
+        "tagger, 1 task layer": {"labels": labels["tags"]},
+        "sentence classifier": {"labels": labels["classes"]},
+        "pair classifier": {"labels": labels["classes"], "token_type_ids": types},
+        "question answering": {
+            "token_type_ids": types,
+            "start_positions": labels["span"],
+            "end_positions": labels["span"],
+        },
+        "LM head": {"labels": labels["words"]},
+    }
 
-    def bilm_loss(module) -> torch.Tensor:
-        out = module(input_ids=ids, attention_mask=mask, output_hidden_states=True)
-        return sum(layer.pow(2).mean() for layer in out.hidden_states)
+    def loss_of(extra: dict, bilm: bool):
+        def loss(module) -> torch.Tensor:
+            out = module(input_ids=ids, attention_mask=mask, output_hidden_states=bilm, **extra)
+            return sum(layer.pow(2).mean() for layer in out.hidden_states) if bilm else out.loss
 
-    def tagger_loss(module) -> torch.Tensor:
-        return module(input_ids=ids, attention_mask=mask, labels=labels).loss
+        return loss
 
-    return {"ElmoModel, biLM trained": (bilm, bilm_loss), "CRF tagger, 2 task layers": (tagger, tagger_loss)}
+    models = {}
+    for name in names:
+        torch.manual_seed(0)
+        models[name] = (TRAINED[name](SIZES[size]), loss_of(inputs[name], name.startswith("ElmoModel")))
+    return models
 
 
 def measure_training(model: torch.nn.Module, loss, repeats: int) -> dict:
@@ -137,7 +184,7 @@ def train_main(args) -> list[dict]:
     vocab, rows = make_vocab(), []
     for batch in args.batch_sizes:
         ids, mask = make_batch(batch, args.min_words, args.max_words, vocab, seed=batch)
-        for name, (model, loss) in training_models(args.size, ids, mask).items():
+        for name, (model, loss) in training_models(args.size, ids, mask, args.models).items():
             torch._dynamo.reset()
             rows.append({"model": name, "batch": batch, **measure_training(model, loss, args.repeats)})
     columns = [
@@ -163,6 +210,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--max-words", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--train", action="store_true", help="training steps (float32) instead of inference")
+    parser.add_argument("--models", nargs="+", default=list(TRAINED)[:2], choices=list(TRAINED), help="with --train")
     args = parser.parse_args(argv)
 
     print(f"CPU: {cpu_description()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
