@@ -12,7 +12,8 @@ against. The recurrence is ``ElmoBiLstmLayer``'s (modeling_elmo.py), per directi
     m = sigmoid(o) tanh(c_t),    p_raw = m W_P,    h_t = clip(p_raw, proj_clip)
 
 over packed steps (``batch_sizes``: the rows running at each step, non-increasing) from zero states. Without a
-projection (``None``: the task BiLSTM's ``nn.LSTM`` cell, its gates reordered to ``i j f o``), ``p_raw = m``. Kept
+projection (``None``: the task BiLSTM's ``nn.LSTM`` cell), ``p_raw = m``; with ``lstm_order`` the gates come in
+``nn.LSTM``'s order ``i f g o`` (its ``g`` is ``j``), so that its weights serve as they are. Kept
 per packed row: the four activations (in the gates' own buffer, which they overwrite), ``c_raw`` (float32 for
 bfloat16 and float16 weights, as the cell state) and ``p_raw``, so that the backward knows exactly where each clip
 held.
@@ -35,6 +36,12 @@ def _clip(x: Tensor, clip: float | None) -> Tensor:
     return x if clip is None else x.clamp(-clip, clip)
 
 
+def _gate_blocks(x: Tensor, lstm_order: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``x (..., 4D)``'s blocks as ``i, j, f, o``, from ``nn.LSTM``'s order ``i f g o`` with ``lstm_order``."""
+    i, a, b, o = x.chunk(4, dim=-1)
+    return (i, b, a, o) if lstm_order else (i, a, b, o)
+
+
 def _offsets(batch_sizes: Sequence[int]) -> list[int]:
     offsets, total = [], 0
     for n in batch_sizes:
@@ -50,6 +57,7 @@ def steps_saving(
     projection: Tensor | None,
     cell_clip: float | None,
     proj_clip: float | None,
+    lstm_order: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The steps of ``G`` directions from zero states, keeping what the backward needs.
 
@@ -59,6 +67,7 @@ def steps_saving(
             ``sigmoid(i), tanh(j), sigmoid(f), sigmoid(o)``.
         batch_sizes: rows running at each step.
         state_kernel: ``(G, P, 4D)``; projection: ``(G, D, P)``, or ``None`` (``P = D``).
+        lstm_order: the gate blocks in ``nn.LSTM``'s order ``i f g o``, not ``i j f o`` (the activations too).
 
     Returns:
         ``outputs (G, N, P)`` (the clipped ``h_t``), ``c_raw (G, R, D)`` and ``p_raw (G, R, P)`` (first ``N`` rows).
@@ -76,8 +85,9 @@ def steps_saving(
         step = gates[:, offset : offset + n]
         a = torch.baddbmm(step, h, state_kernel)
         step.copy_(torch.sigmoid(a))
-        step[..., d : 2 * d] = torch.tanh(a[..., d : 2 * d])
-        i, j, f, o = step.chunk(4, dim=-1)
+        j_at = 2 * d if lstm_order else d
+        step[..., j_at : j_at + d] = torch.tanh(a[..., j_at : j_at + d])
+        i, j, f, o = _gate_blocks(step, lstm_order)
         c = torch.addcmul(f * c, i, j)
         c_raw[:, offset : offset + n] = c
         c = _clip(c, cell_clip)
@@ -99,15 +109,18 @@ def steps_backward(
     projection: Tensor | None,
     cell_clip: float | None,
     proj_clip: float | None,
+    lstm_order: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """The gradients of [`steps_saving`] from the gradient of its ``outputs``.
 
     Args:
         grad: ``(G, N, P)``; activations, c_raw, p_raw: what [`steps_saving`] kept (``(G, R, ...)``, ``R >= N``).
-        batch_sizes, state_kernel ``(G, P, 4D)``, projection ``(G, D, P)``, the clips: as for [`steps_saving`].
+        batch_sizes, state_kernel ``(G, P, 4D)``, projection ``(G, D, P)``, the clips, lstm_order: as for
+            [`steps_saving`].
 
     Returns:
-        ``d_gates (G, N, 4D)`` (the gradient of the input products, and of the gates' pre-activations),
+        ``d_gates (G, N, 4D)`` (the gradient of the input products, and of the gates' pre-activations, in the
+        gates' order),
         ``d_state_kernel (G, P, 4D)`` and ``d_projection (G, D, P)`` (``None`` without a projection).
     """
     groups, total, p = grad.shape
@@ -127,7 +140,7 @@ def steps_backward(
             g = torch.where(p_raw[:, now].abs() <= proj_clip, g, 0)
         d_projected[:, now] = g
         dm = g if projection is None else torch.bmm(g, projection.transpose(1, 2))
-        i, j, f, o = activations[:, now].chunk(4, dim=-1)
+        i, j, f, o = _gate_blocks(activations[:, now], lstm_order)
         raw = c_raw[:, now]
         tanh_c = torch.tanh(_clip(raw, cell_clip))
         memory[:, now] = o * tanh_c
@@ -135,11 +148,9 @@ def steps_backward(
         if cell_clip is not None:
             d_cell = torch.where(raw.abs() <= cell_clip, d_cell, 0)
         c_prev = _clip(c_raw[:, offsets[t - 1] : offsets[t - 1] + n], cell_clip) if t else torch.zeros_like(raw)
-        d_gates[:, now] = torch.cat(
-            [d_cell * j * i * (1 - i), d_cell * i * (1 - j * j), d_cell * c_prev * f * (1 - f)]
-            + [dm * tanh_c * o * (1 - o)],
-            dim=-1,
-        )
+        d_i, d_j, d_f = d_cell * j * i * (1 - i), d_cell * i * (1 - j * j), d_cell * c_prev * f * (1 - f)
+        d_o = dm * tanh_c * o * (1 - o)
+        d_gates[:, now] = torch.cat([d_i, d_f, d_j, d_o] if lstm_order else [d_i, d_j, d_f, d_o], dim=-1)
         dc[:, :n] = d_cell * f
         dh[:, :n] = torch.bmm(d_gates[:, now], state_kernel.transpose(1, 2))
     # The weights' gradients over all steps at once: h_{t-1} of each packed row (zero at step 0), and m.

@@ -534,24 +534,14 @@ _define("task_lstm_layer", _task_lstm_layer, _task_lstm_layer_fake, differentiab
 
 
 # ``elmo::task_lstm_layer_train``: ``elmo::task_lstm_layer`` (same arguments, same output first) for a layer whose
-# gradients are wanted, on the steps of ``bptt_elmo.py`` (the biLM's cell without a projection or clips: ``nn.LSTM``'s
-# gates ``i f g o`` reordered to ``i j f o``), which also returns what they kept, as ``elmo::bilstm_layer_train``.
-
-_TASK_GATES = [0, 2, 1, 3]  # nn.LSTM's gate blocks i f g o -> the steps' i j f o (and back: the same swap)
-
-
-def _task_gate_order(x: Tensor, dim: int) -> Tensor:
-    """``x`` with its four gate blocks along ``dim`` swapped between ``nn.LSTM``'s order and the steps' order."""
-    return torch.cat([x.chunk(4, dim=dim)[k] for k in _TASK_GATES], dim=dim)
+# gradients are wanted, on the steps of ``bptt_elmo.py`` (the biLM's cell without a projection or clips, in
+# ``nn.LSTM``'s gate order: its weights serve as they are), which also returns what they kept, as
+# ``elmo::bilstm_layer_train``.
 
 
-def _task_lstm_weights(weights: list[Tensor]) -> tuple[Tensor, Tensor, Tensor]:
-    """``W_ih, W_hh, b_ih, b_hh`` of both directions -> the steps' ``input_kernel (2, F, 4H)``,
-    ``state_kernel (2, H, 4H)`` and ``bias (2, 4H)``."""
-    input_kernel = torch.stack([_task_gate_order(w, 0).t() for w in weights[0::4]])
-    state_kernel = torch.stack([_task_gate_order(w, 0).t() for w in weights[1::4]])
-    bias = torch.stack([_task_gate_order(a + b, 0) for a, b in zip(weights[2::4], weights[3::4], strict=True)])
-    return input_kernel, state_kernel, bias
+def _task_state_kernel(weights: list[Tensor]) -> Tensor:
+    """``W_hh`` of both directions (``(4H, H)`` each) as the steps' ``state_kernel (2, H, 4H)`` (a transposed view)."""
+    return torch.stack(weights[1::4]).transpose(1, 2)
 
 
 def _task_lstm_layer_train(tensors: list[Tensor], consts: list[float]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -559,15 +549,14 @@ def _task_lstm_layer_train(tensors: list[Tensor], consts: list[float]) -> tuple[
     with _no_autocast(features.device):
         batch, words, _ = features.shape
         lengths = lengths.clamp(min=1)  # an empty row runs one step at its first position, as in eager mode
-        both = torch.stack([features, reverse_padded(features, lengths)])  # (2, B, W, F)
         layout = _Steps(lengths, words)
-        packed = layout.pack(both)
-        input_kernel, state_kernel, bias = _task_lstm_weights(weights)
-        gates = packed.new_empty(2, batch * words, input_kernel.shape[-1])
+        packed = layout.pack(torch.stack([features, reverse_padded(features, lengths)]))  # (2, N, F)
+        gates = packed.new_empty(2, batch * words, weights[0].shape[0])
         for k in range(2):
-            torch.addmm(bias[k], packed[k], input_kernel[k], out=gates[k, : packed.shape[1]])
+            w_ih, _, b_ih, b_hh = weights[4 * k : 4 * k + 4]
+            torch.addmm(b_ih + b_hh, packed[k], w_ih.t(), out=gates[k, : packed.shape[1]])
         run = native_steps_saving if _native_bptt(gates) else steps_saving
-        output, c_raw, p_raw = run(gates, layout.batch_sizes, state_kernel, None, None, None)
+        output, c_raw, p_raw = run(gates, layout.batch_sizes, _task_state_kernel(weights), None, None, None, True)
         output = layout.unpack(output)
         output = torch.cat([output[0], reverse_padded(output[1], lengths)], dim=-1)
         return output.contiguous(), gates, c_raw, p_raw
@@ -595,24 +584,18 @@ def _task_lstm_layer_train_backward(
         layout = _Steps(lengths, features.shape[1])
         both = torch.stack([grad[..., :hidden], reverse_padded(grad[..., hidden:], lengths)])
         d_output = layout.pack(both * layout.live.unsqueeze(-1).to(grad.dtype))
-        input_kernel, state_kernel, _ = _task_lstm_weights(weights)
         run = native_steps_backward if _native_bptt(activations) else steps_backward
         d_gates, d_state_kernel, _ = run(
-            d_output, activations, c_raw, p_raw, layout.batch_sizes, state_kernel, None, None, None
+            d_output, activations, c_raw, p_raw, layout.batch_sizes, _task_state_kernel(weights), None, None, None, True
         )
         packed = layout.pack(torch.stack([features, reverse_padded(features, lengths)]))
-        d_input_kernel = torch.bmm(packed.transpose(1, 2), d_gates)
-        d_both = layout.unpack(torch.bmm(d_gates, input_kernel.transpose(1, 2)))
+        d_packed, d_weights = torch.empty_like(packed), []
+        for k in range(2):  # nn.LSTM's layouts: W_ih (4H, F), W_hh (4H, H)
+            torch.mm(d_gates[k], weights[4 * k], out=d_packed[k])
+            d_bias = d_gates[k].sum(0)
+            d_weights += [d_gates[k].t() @ packed[k], d_state_kernel[k].t().contiguous(), d_bias, d_bias.clone()]
+        d_both = layout.unpack(d_packed)
         d_features = d_both[0] + reverse_padded(d_both[1], lengths)
-        d_bias = _task_gate_order(d_gates.sum(1), -1)
-        d_weights = []
-        for k in range(2):
-            d_weights += [
-                _task_gate_order(d_input_kernel[k].t(), 0).contiguous(),
-                _task_gate_order(d_state_kernel[k].t(), 0).contiguous(),
-                d_bias[k].clone(),
-                d_bias[k].clone(),
-            ]
         return [d_features.contiguous(), torch.zeros_like(tensors[1]), *d_weights]
 
 

@@ -171,10 +171,11 @@ def native_steps_saving(
     projection: torch.Tensor | None,
     cell_clip: float | None,
     proj_clip: float | None,
+    lstm_order: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``bptt_elmo.steps_saving`` (same arguments and results) in the library's ``lstm_steps_saving``."""
     return getattr(torch.ops, namespace()).lstm_steps_saving(
-        gates, list(batch_sizes), state_kernel, projection, cell_clip, proj_clip
+        gates, list(batch_sizes), state_kernel, projection, cell_clip, proj_clip, lstm_order
     )
 
 
@@ -188,10 +189,16 @@ def native_steps_backward(
     projection: torch.Tensor | None,
     cell_clip: float | None,
     proj_clip: float | None,
+    lstm_order: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``bptt_elmo.steps_backward`` (same arguments and results) in the library's ``lstm_steps_backward``."""
     d_gates, d_state_kernel, d_projection = getattr(torch.ops, namespace()).lstm_steps_backward(
-        grad.contiguous(), activations, c_raw, p_raw, list(batch_sizes), state_kernel, projection, cell_clip, proj_clip
+        grad.contiguous(),
+        *(activations, c_raw, p_raw),
+        list(batch_sizes),
+        state_kernel,
+        projection,
+        *(cell_clip, proj_clip, lstm_order),
     )
     return d_gates, d_state_kernel, (None if projection is None else d_projection)
 
@@ -247,10 +254,12 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 // ElmoBiLstmLayer.cell: gates (rows, 4D) i, j, f, o in T, c (rows, D) float32 -> the clipped new c (float32) and
 // sigmoid(o) tanh(c) in T. In bfloat16 the gates' activations are rounded to bfloat16, as torch's bfloat16 ops
-// round them in the eager cell; the cell state stays float32 there too.
+// round them in the eager cell; the cell state stays float32 there too. j_block: the block of j (1; 2 for nn.LSTM's
+// order i, f, g, o, whose g is j: f is then block 1).
 template <typename T>
 void cell(const T* gates, const float* c, float* c_out, T* memory, int64_t rows, int64_t d, float clip,
-          T* activations = nullptr, float* c_raw = nullptr) {
+          int64_t j_block, T* activations = nullptr, float* c_raw = nullptr) {
+  const int64_t j_at = j_block * d, f_at = (3 - j_block) * d;
   constexpr int64_t B = 512;
   const int64_t blocks = (d + B - 1) / B;
   at::parallel_for(0, rows * blocks, 4, [&](int64_t first, int64_t last) {
@@ -260,8 +269,8 @@ void cell(const T* gates, const float* c, float* c_out, T* memory, int64_t rows,
       const T* g = gates + r * 4 * d + k0;
       for (int64_t q = 0; q < n; ++q) {
         i[q] = load(g, q);
-        j[q] = load(g, d + q);
-        f[q] = load(g, 2 * d + q);
+        j[q] = load(g, j_at + q);
+        f[q] = load(g, f_at + q);
         o[q] = load(g, 3 * d + q);
       }
       const float* cr = c + r * d + k0;
@@ -287,8 +296,8 @@ void cell(const T* gates, const float* c, float* c_out, T* memory, int64_t rows,
         raw = c_raw + r * d + k0;
         for (int64_t q = 0; q < n; ++q) {
           store(a, q, i[q]);
-          store(a, d + q, j[q]);
-          store(a, 2 * d + q, f[q]);
+          store(a, j_at + q, j[q]);
+          store(a, f_at + q, f[q]);
           store(a, 3 * d + q, o[q]);
         }
       }
@@ -320,7 +329,7 @@ T* pointer(const at::Tensor& t) {
 // With activations (G, n, 4D) and c_raw (G, n, D) (views whose directions may lie apart, each direction's rows
 // contiguous), the cell also writes its activations and its unclipped state there.
 std::tuple<at::Tensor, at::Tensor> run_cell(const at::Tensor& gates, const at::Tensor& c, std::optional<double> clip,
-                                             const at::Tensor* activations = nullptr,
+                                             int64_t j_block, const at::Tensor* activations = nullptr,
                                              const at::Tensor* c_raw = nullptr) {
   const int64_t groups = c.size(0), d = c.size(2);
   auto g = gates.contiguous();
@@ -333,7 +342,7 @@ std::tuple<at::Tensor, at::Tensor> run_cell(const at::Tensor& gates, const at::T
     const int64_t rows = count * c.size(1);
     const int64_t at_row = first * c.size(1);
     cell(pointer<T>(g) + at_row * 4 * d, cc.data_ptr<float>() + at_row * d, c_out.data_ptr<float>() + at_row * d,
-         pointer<T>(memory) + at_row * d, rows, d, limit,
+         pointer<T>(memory) + at_row * d, rows, d, limit, j_block,
          activations ? pointer<T>((*activations)[first]) : nullptr,
          c_raw ? (*c_raw)[first].data_ptr<float>() : nullptr);
   };
@@ -368,7 +377,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> steps(
     const at::Tensor& state_kernel, const std::optional<at::Tensor>& projection,
     const std::optional<at::Tensor>& state_packed,
     const std::optional<at::Tensor>& projection_packed, int64_t min_rows, std::optional<double> cell_clip,
-    std::optional<double> proj_clip, const at::Tensor* c_raw = nullptr, const at::Tensor* p_raw = nullptr) {
+    std::optional<double> proj_clip, int64_t j_block = 1, const at::Tensor* c_raw = nullptr,
+    const at::Tensor* p_raw = nullptr) {
   static auto linear = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
   static auto linear_add = c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "binary");
   const bool prepacked = state_packed.has_value() && projection_packed.has_value();
@@ -402,7 +412,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> steps(
       kept_c = c_raw->narrow(1, offset, n);
     }
     auto [c_new, memory] =
-        run_cell(gates, c, cell_clip, c_raw ? &kept_activations : nullptr, c_raw ? &kept_c : nullptr);
+        run_cell(gates, c, cell_clip, j_block, c_raw ? &kept_activations : nullptr, c_raw ? &kept_c : nullptr);
     at::Tensor h_new;
     if (packed) {
       h_new = boxed(linear, {memory[0], *projection_packed, c10::IValue(), std::string("none"), no_scalars,
@@ -461,12 +471,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps(
 }
 
 // bptt_elmo.steps_saving: the steps of G directions from zero states, torch's batched products (without a projection,
-// h = m: the task BiLSTM's cell, its gates reordered to i, j, f, o). gates (G, R, 4D),
+// h = m: the task BiLSTM's cell; with lstm_order, nn.LSTM's gate order i, f, g, o). gates (G, R, 4D),
 // its first N = sum(batch_sizes) rows the input products (bias included), is overwritten with the activations
 // sigmoid(i), tanh(j), sigmoid(f), sigmoid(o) -> outputs (G, N, P), c_raw (G, R, D) float32, p_raw (G, R, P).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps_saving(
     const at::Tensor& gates, c10::IntArrayRef batch_sizes, const at::Tensor& state_kernel,
-    const std::optional<at::Tensor>& projection, std::optional<double> cell_clip, std::optional<double> proj_clip) {
+    const std::optional<at::Tensor>& projection, std::optional<double> cell_clip, std::optional<double> proj_clip,
+    bool lstm_order) {
   TORCH_CHECK(gates.is_contiguous(), "lstm_steps_saving: contiguous gates");
   const int64_t groups = gates.size(0), rows = gates.size(1), d = gates.size(2) / 4;
   const int64_t p = projection.has_value() ? projection->size(2) : d;
@@ -479,7 +490,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps_saving(
   for (int64_t n : batch_sizes) total += n;
   TORCH_CHECK(total <= rows, "lstm_steps_saving: more packed steps than gates");
   auto outputs = std::get<0>(steps(gates.narrow(1, 0, total), h, c, batch_sizes, state_kernel, projection,
-                                   std::nullopt, std::nullopt, 0, cell_clip, proj_clip, &c_raw, &p_raw));
+                                   std::nullopt, std::nullopt, 0, cell_clip, proj_clip, lstm_order ? 2 : 1, &c_raw,
+                                   &p_raw));
   return std::make_tuple(outputs, c_raw, p_raw);
 }
 
@@ -489,7 +501,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps_saving(
 // projection's gradient. The clips pass a gradient where clip(x) = x (|x| <= clip), as torch's clamp.
 template <typename T>
 void cell_backward(const T* activations, const float* c_raw, const float* c_prev_raw, const T* dm, float* d_carry,
-                   T* d_gates, T* memory, int64_t rows, int64_t d, float clip) {
+                   T* d_gates, T* memory, int64_t rows, int64_t d, float clip, int64_t j_block) {
+  const int64_t j_at = j_block * d, f_at = (3 - j_block) * d;  // as in cell
   constexpr int64_t B = 512;
   const int64_t blocks = (d + B - 1) / B;
   at::parallel_for(0, rows * blocks, 4, [&](int64_t first, int64_t last) {
@@ -503,7 +516,7 @@ void cell_backward(const T* activations, const float* c_raw, const float* c_prev
       T* out = d_gates + r * 4 * d + k0;
       T* m = memory + r * d + k0;
       for (int64_t q = 0; q < n; ++q) {
-        const float i = load(a, q), j = load(a, d + q), f = load(a, 2 * d + q), o = load(a, 3 * d + q);
+        const float i = load(a, q), j = load(a, j_at + q), f = load(a, f_at + q), o = load(a, 3 * d + q);
         const float x = raw[q];
         const float c = x < -clip ? -clip : (x > clip ? clip : x);
         const float tanh_c = std::tanh(c);
@@ -512,8 +525,8 @@ void cell_backward(const T* activations, const float* c_raw, const float* c_prev
         if (x < -clip || x > clip) dc = 0.0f;
         const float c_prev = prev ? std::min(clip, std::max(-clip, prev[q])) : 0.0f;
         store(out, q, dc * j * i * (1.0f - i));
-        store(out, d + q, dc * i * (1.0f - j * j));
-        store(out, 2 * d + q, dc * c_prev * f * (1.0f - f));
+        store(out, j_at + q, dc * i * (1.0f - j * j));
+        store(out, f_at + q, dc * c_prev * f * (1.0f - f));
         store(out, 3 * d + q, grad_m * tanh_c * o * (1.0f - o));
         store(m, q, o * tanh_c);
         carry[q] = dc * f;
@@ -522,12 +535,12 @@ void cell_backward(const T* activations, const float* c_raw, const float* c_prev
   });
 }
 
-// bptt_elmo.steps_backward: grad (G, N, P), what lstm_steps_saving kept -> d_gates (G, N, 4D),
+// bptt_elmo.steps_backward: grad (G, N, P), what lstm_steps_saving kept -> d_gates (G, N, 4D) in the gates' order,
 // d_state_kernel (G, P, 4D), d_projection (G, D, P) (without a projection, an empty tensor).
 std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps_backward(
     const at::Tensor& grad, const at::Tensor& activations, const at::Tensor& c_raw, const at::Tensor& p_raw,
     c10::IntArrayRef batch_sizes, const at::Tensor& state_kernel, const std::optional<at::Tensor>& projection,
-    std::optional<double> cell_clip, std::optional<double> proj_clip) {
+    std::optional<double> cell_clip, std::optional<double> proj_clip, bool lstm_order) {
   TORCH_CHECK(activations.is_contiguous() && c_raw.is_contiguous() && p_raw.is_contiguous(),
               "lstm_steps_backward: contiguous saved tensors");
   TORCH_CHECK(c_raw.scalar_type() == at::kFloat, "lstm_steps_backward: a float32 cell state");
@@ -561,7 +574,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> lstm_steps_backward(
         using T = std::remove_pointer_t<decltype(type)>;
         cell_backward(pointer<T>(activations[k]) + offset * 4 * d, raw + offset * d,
                       t ? raw + offsets[t - 1] * d : nullptr, pointer<T>(dm[k]), d_carry,
-                      pointer<T>(d_gates[k]) + offset * 4 * d, pointer<T>(memory[k]) + offset * d, n, d, clip);
+                      pointer<T>(d_gates[k]) + offset * 4 * d, pointer<T>(memory[k]) + offset * d, n, d, clip,
+                      lstm_order ? 2 : 1);
       };
       if (activations.scalar_type() == at::kFloat) {
         run(static_cast<float*>(nullptr));
@@ -595,11 +609,12 @@ TORCH_LIBRARY(elmo_native, m) {
   m.impl("lstm_steps", c10::DispatchKey::MkldnnCPU, TORCH_FN(lstm_steps));  // with oneDNN's prepacked weights
   m.def(
       "lstm_steps_saving(Tensor(a!) gates, int[] batch_sizes, Tensor state_kernel, Tensor? projection, "
-      "float? cell_clip, float? proj_clip) -> (Tensor, Tensor, Tensor)");
+      "float? cell_clip, float? proj_clip, bool lstm_order) -> (Tensor, Tensor, Tensor)");
   m.impl("lstm_steps_saving", c10::DispatchKey::CPU, TORCH_FN(lstm_steps_saving));
   m.def(
       "lstm_steps_backward(Tensor grad, Tensor activations, Tensor c_raw, Tensor p_raw, int[] batch_sizes, "
-      "Tensor state_kernel, Tensor? projection, float? cell_clip, float? proj_clip) -> (Tensor, Tensor, Tensor)");
+      "Tensor state_kernel, Tensor? projection, float? cell_clip, float? proj_clip, bool lstm_order) -> "
+      "(Tensor, Tensor, Tensor)");
   m.impl("lstm_steps_backward", c10::DispatchKey::CPU, TORCH_FN(lstm_steps_backward));
 }
 """

@@ -146,13 +146,15 @@ def test_without_a_compiler_one_warning_and_the_python_steps(tmp_path):
     assert not any((tmp_path / "ext").iterdir())  # no half-built library, no temporary folder
 
 
+@pytest.mark.parametrize("lstm_order", [False, True], ids=["ijfo", "ifgo"])
 @pytest.mark.parametrize("projection", [True, False], ids=["projection", "no_projection"])
 @pytest.mark.parametrize("clips", [True, False], ids=["clips", "no_clips"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_native_training_steps_equal_the_torch_steps(dtype, clips, projection):
+def test_native_training_steps_equal_the_torch_steps(dtype, clips, projection, lstm_order):
     """``lstm_steps_saving`` and ``lstm_steps_backward`` (the compiled training operators' steps) against
     ``bptt_elmo``'s torch steps (themselves checked against autograd: ``tests/test_bptt.py``): the kept activations,
-    states and outputs, and every gradient."""
+    states and outputs, and every gradient, with the gates in the original's order and in ``nn.LSTM``'s (the task
+    BiLSTM's)."""
     from modeling_elmo.bptt_elmo import steps_backward, steps_saving
     from modeling_elmo.native_steps_elmo import native_steps_backward, native_steps_saving
 
@@ -169,7 +171,7 @@ def test_native_training_steps_equal_the_torch_steps(dtype, clips, projection):
     kept = {}
     for name, saving in (("torch", steps_saving), ("native", native_steps_saving)):
         activations = gates.clone()
-        outputs, c_raw, p_raw = saving(activations, BATCH_SIZES, *weights)
+        outputs, c_raw, p_raw = saving(activations, BATCH_SIZES, *weights, lstm_order)
         kept[name] = (outputs, activations, c_raw, p_raw)  # (the rows past the packed steps are room, unread)
     # Measured: up to 1.6e-6 in float32 (values up to 3). In bfloat16 the same values on AVX-512, but with AVX2
     # kernels one activation one bfloat16 step apart (6.1e-5 at 0.011: the C++ exp and torch's round it apart), as
@@ -180,7 +182,7 @@ def test_native_training_steps_equal_the_torch_steps(dtype, clips, projection):
     grad = torch.randn(kept["torch"][0].shape, generator=generator).to(dtype)
     _, activations, c_raw, p_raw = kept["torch"]
     found = [
-        backward(grad, activations, c_raw, p_raw, BATCH_SIZES, *weights)
+        backward(grad, activations, c_raw, p_raw, BATCH_SIZES, *weights, lstm_order)
         for backward in (native_steps_backward, steps_backward)
     ]
     for got, want in zip(*found, strict=True):
