@@ -322,20 +322,27 @@ class _Steps:
     """Where the valid steps of a ``(2, B, T, ...)`` batch go in the time-major packed layout of the recurrences
     (``ElmoBiLm.forward``'s: rows longest first, step 0 of every row, then step 1 of the rows still running, ...)
     on the CPU. Off the CPU ([`_reads_lengths`]) every step of every row, ``batch_sizes`` ``[B] * T``: the steps
-    past a row's end come after its real ones and never reach them."""
+    past a row's end come after its real ones and never reach them.
+
+    ``pack``/``unpack`` move a part per direction; the ``*_read_both`` methods serve a layer whose two directions
+    read one ``(B, T, F)`` input, the backward one reversed within each row's length (a task BiLSTM layer)."""
 
     def __init__(self, lengths: Tensor, steps: int):
         batch = lengths.shape[0]
-        self.batch, self.steps = batch, steps
+        self.batch, self.steps, self.lengths = batch, steps, lengths
         self.live = torch.arange(steps, device=lengths.device) < lengths.unsqueeze(1)  # (B, T)
-        self.index: Tensor | None = None  # where each packed step comes from in (B * T): packed layout only
+        # Packed layout only: where each packed step comes from in (B * T), read forward and reversed.
+        self.index: Tensor | None = None
+        self.reversed_index: Tensor | None = None
         if not _reads_lengths(lengths.device):
             self.batch_sizes = [batch] * steps
             return
-        _, self.order = lengths.sort(descending=True)
-        valid = self.live.index_select(0, self.order)
+        _, order = lengths.sort(descending=True)
+        valid = self.live.index_select(0, order)
         step_index, row_index = valid.t().nonzero(as_tuple=True)
-        self.index = row_index * steps + step_index
+        row = order[row_index]
+        self.index = row * steps + step_index
+        self.reversed_index = row * steps + lengths[row] - 1 - step_index
         self.batch_sizes = [n for n in valid.sum(dim=0).tolist() if n > 0]
 
     def pack(self, x: Tensor) -> Tensor:
@@ -343,15 +350,59 @@ class _Steps:
         width = x.shape[-1]
         if self.index is None:
             return x.transpose(1, 2).reshape(2, self.steps * self.batch, width)
-        return x.index_select(1, self.order).reshape(2, self.batch * self.steps, width).index_select(1, self.index)
+        return x.reshape(2, self.batch * self.steps, width).index_select(1, self.index)
 
     def unpack(self, y: Tensor) -> Tensor:
         """``(2, N, F)`` -> ``(2, B, T, F)``, zero past each row's length."""
         width = y.shape[-1]
         if self.index is None:
             return y.view(2, self.steps, self.batch, width).transpose(1, 2) * self.live.unsqueeze(-1).to(y.dtype)
-        full = y.new_zeros(2, self.batch * self.steps, width).index_copy(1, self.index, y)
-        return full.view(2, self.batch, self.steps, width).index_select(1, self.order.argsort())
+        full = y.new_zeros(2, self.batch * self.steps, width).index_copy_(1, self.index, y)
+        return full.view(2, self.batch, self.steps, width)
+
+    def pack_read_both(self, x: Tensor) -> Tensor:
+        """``(B, T, F)`` -> ``(2, N, F)``: the forward direction's steps, and the backward one's reversed."""
+        if self.index is None:
+            return self.pack(torch.stack([x, reverse_padded(x, self.lengths)]))
+        flat = x.reshape(self.batch * self.steps, x.shape[-1])
+        packed = x.new_empty(2, self.index.shape[0], x.shape[-1])
+        for k, index in enumerate((self.index, self.reversed_index)):
+            torch.index_select(flat, 0, index, out=packed[k])
+        return packed
+
+    def unpack_read_both(self, y: Tensor) -> Tensor:
+        """``(2, N, F)`` -> ``(B, T, F)``, the two directions' parts summed at the positions they read (the gradient
+        of [`pack_read_both`]); zero past each row's length."""
+        if self.index is None:
+            both = self.unpack(y)
+            return both[0] + reverse_padded(both[1], self.lengths)
+        full = y.new_zeros(self.batch * self.steps, y.shape[-1])
+        full.index_add_(0, self.index, y[0]).index_add_(0, self.reversed_index, y[1])
+        return full.view(self.batch, self.steps, y.shape[-1])
+
+    def unpack_side_by_side(self, y: Tensor) -> Tensor:
+        """``(2, N, H)`` -> ``(B, T, 2H)``: the forward direction's output, then the backward one's, both in reading
+        order; zero past each row's length."""
+        if self.index is None:
+            both = self.unpack(y)
+            return torch.cat([both[0], reverse_padded(both[1], self.lengths)], dim=-1)
+        hidden = y.shape[-1]
+        full = y.new_zeros(self.batch * self.steps, 2, hidden)
+        for k, index in enumerate((self.index, self.reversed_index)):
+            full[:, k].index_copy_(0, index, y[k])
+        return full.view(self.batch, self.steps, 2 * hidden)
+
+    def pack_side_by_side(self, g: Tensor) -> Tensor:
+        """``(B, T, 2H)`` -> ``(2, N, H)``: the gradient of [`unpack_side_by_side`]."""
+        hidden = g.shape[-1] // 2
+        if self.index is None:
+            both = torch.stack([g[..., :hidden], reverse_padded(g[..., hidden:], self.lengths)])
+            return self.pack(both * self.live.unsqueeze(-1).to(g.dtype))
+        flat = g.reshape(self.batch * self.steps, 2, hidden)
+        packed = g.new_empty(2, self.index.shape[0], hidden)
+        for k, index in enumerate((self.index, self.reversed_index)):
+            torch.index_select(flat[:, k], 0, index, out=packed[k])
+        return packed
 
 
 def _bilstm_layer(tensors: list[Tensor], consts: list[float], native: bool = False) -> Tensor:
@@ -453,8 +504,7 @@ def _bilstm_layer_train_backward(
     """The gradients of ``elmo::bilstm_layer_train``'s inputs from its output's ``grad (2B, T, P)``."""
     inputs, lengths, input_kernel, state_kernel, bias, projection = tensors
     with _no_autocast(grad.device):
-        both = _both_inputs(inputs, lengths, consts)
-        _, batch, steps, width = both.shape
+        batch, steps, width = lengths.shape[0], inputs.shape[-2], inputs.shape[-1]
         layout = _Steps(lengths, steps)
         grad = grad.view(2, batch, steps, width)
         d_output = layout.pack(grad * layout.live.unsqueeze(-1).to(grad.dtype))  # the output is zero past the ends
@@ -470,13 +520,15 @@ def _bilstm_layer_train_backward(
             _clip(consts[0]),
             _clip(consts[1]),
         )
-        packed = layout.pack(both)
+        packed = layout.pack_read_both(inputs) if consts[6] else layout.pack(inputs.view(2, batch, steps, width))
         d_input_kernel = torch.bmm(packed.transpose(1, 2), d_gates)
-        d_inputs = layout.unpack(torch.bmm(d_gates, input_kernel.transpose(1, 2)))
-        if consts[5]:
-            d_inputs = d_inputs + grad
+        d_packed = torch.bmm(d_gates, input_kernel.transpose(1, 2))
         if consts[6]:  # the tokens fed both directions, the backward one reversed
-            d_inputs = d_inputs[0] + reverse_padded(d_inputs[1], lengths)
+            d_inputs = layout.unpack_read_both(d_packed)
+            if consts[5]:
+                d_inputs = d_inputs + grad[0] + reverse_padded(grad[1], lengths)
+        else:
+            d_inputs = layout.unpack(d_packed) + grad if consts[5] else layout.unpack(d_packed)
         d_inputs = d_inputs.reshape(inputs.shape)
         d_bias = d_gates.sum(1)
         return [d_inputs.contiguous(), torch.zeros_like(lengths), d_input_kernel, d_state_kernel, d_bias, d_projection]
@@ -550,15 +602,14 @@ def _task_lstm_layer_train(tensors: list[Tensor], consts: list[float]) -> tuple[
         batch, words, _ = features.shape
         lengths = lengths.clamp(min=1)  # an empty row runs one step at its first position, as in eager mode
         layout = _Steps(lengths, words)
-        packed = layout.pack(torch.stack([features, reverse_padded(features, lengths)]))  # (2, N, F)
+        packed = layout.pack_read_both(features)  # (2, N, F)
         gates = packed.new_empty(2, batch * words, weights[0].shape[0])
         for k in range(2):
             w_ih, _, b_ih, b_hh = weights[4 * k : 4 * k + 4]
             torch.addmm(b_ih + b_hh, packed[k], w_ih.t(), out=gates[k, : packed.shape[1]])
         run = native_steps_saving if _native_bptt(gates) else steps_saving
         output, c_raw, p_raw = run(gates, layout.batch_sizes, _task_state_kernel(weights), None, None, None, True)
-        output = layout.unpack(output)
-        output = torch.cat([output[0], reverse_padded(output[1], lengths)], dim=-1)
+        output = layout.unpack_side_by_side(output)
         return output.contiguous(), gates, c_raw, p_raw
 
 
@@ -579,23 +630,19 @@ def _task_lstm_layer_train_backward(
     """The gradients of ``elmo::task_lstm_layer_train``'s inputs from its output's ``grad (B, W, 2H)``."""
     features, lengths, *weights = tensors
     with _no_autocast(grad.device):
-        hidden = weights[1].shape[-1]
-        lengths = lengths.clamp(min=1)
-        layout = _Steps(lengths, features.shape[1])
-        both = torch.stack([grad[..., :hidden], reverse_padded(grad[..., hidden:], lengths)])
-        d_output = layout.pack(both * layout.live.unsqueeze(-1).to(grad.dtype))
+        layout = _Steps(lengths.clamp(min=1), features.shape[1])
         run = native_steps_backward if _native_bptt(activations) else steps_backward
         d_gates, d_state_kernel, _ = run(
-            d_output, activations, c_raw, p_raw, layout.batch_sizes, _task_state_kernel(weights), None, None, None, True
+            *(layout.pack_side_by_side(grad), activations, c_raw, p_raw, layout.batch_sizes),
+            *(_task_state_kernel(weights), None, None, None, True),
         )
-        packed = layout.pack(torch.stack([features, reverse_padded(features, lengths)]))
+        packed = layout.pack_read_both(features)
         d_packed, d_weights = torch.empty_like(packed), []
         for k in range(2):  # nn.LSTM's layouts: W_ih (4H, F), W_hh (4H, H)
             torch.mm(d_gates[k], weights[4 * k], out=d_packed[k])
             d_bias = d_gates[k].sum(0)
             d_weights += [d_gates[k].t() @ packed[k], d_state_kernel[k].t().contiguous(), d_bias, d_bias.clone()]
-        d_both = layout.unpack(d_packed)
-        d_features = d_both[0] + reverse_padded(d_both[1], lengths)
+        d_features = layout.unpack_read_both(d_packed)
         return [d_features.contiguous(), torch.zeros_like(tensors[1]), *d_weights]
 
 

@@ -106,7 +106,7 @@ def test_the_bilm_training_operator_has_eager_gradients(steps_kind, first):
 
 
 def test_the_task_lstm_training_operator_has_nn_lstms_gradients(steps_kind):
-    """``elmo::task_lstm_layer_train`` (the steps' cell with ``nn.LSTM``'s gates reordered) run eagerly with autograd
+    """``elmo::task_lstm_layer_train`` (the steps' cell in ``nn.LSTM``'s gate order) run eagerly with autograd
     against ``ElmoTaskLstm``'s eager forward (``torch.lstm`` on packed sequences), an empty row among the rows."""
     torch.manual_seed(0)
     lstm = ElmoTaskLstm(6, 5, num_layers=1, dropout=0.0)
