@@ -14,13 +14,13 @@ in ``decompose_scan_to_while_loop``); an operator runs only real steps, at the e
 Off the CPU (CUDA) the implementations read no value into Python (no packing: every step of the padded batch, the
 past-the-end outputs zeroed), so that a CUDA graph (``mode="reduce-overhead"``) can capture them.
 
-Gradients. The recurrences have a training operator each (``elmo::bilstm_layer_train``,
-``elmo::task_lstm_layer_train``), which the model calls where gradients are wanted: its forward keeps what each step
-computed and its backward operator walks the steps back (``bptt_elmo.py``; in C++ where built). Their inference
-operators have no backward. The character encoder and the CRF's recursions have a backward operator
-``elmo::NAME_backward`` that re-runs the eager function under ``torch.func.vjp`` and returns its vector-Jacobian
-product (a recomputation: nothing but the inputs is saved; the functions draw no random numbers, so the
-recomputation is the forward's own function).
+Gradients. The character encoder and the recurrences have a training operator each (``elmo::token_layer_train``,
+``elmo::bilstm_layer_train``, ``elmo::task_lstm_layer_train``), which the model calls where gradients are wanted: its
+forward keeps what its backward needs (the highway layers' gates; what each step computed) and its backward operator
+uses it (the recurrences walk the steps back: ``bptt_elmo.py``, in C++ where built). Their inference operators have
+no backward. The CRF's recursions have a backward operator ``elmo::NAME_backward`` that re-runs the eager function
+under ``torch.func.vjp`` and returns its vector-Jacobian product (a recomputation: nothing but the inputs is saved;
+the functions draw no random numbers, so the recomputation is the forward's own function).
 
 Every operator takes ``tensors: list[Tensor]`` and ``consts: list[float]`` (settings; ``nan`` for ``None``) and
 returns one tensor ([`call`], the way in, returns the training operators' first output alone).
@@ -74,13 +74,10 @@ def _define(
     name: str,
     eager: Callable[[list[Tensor], list[float]], Tensor],
     fake: Callable,
-    recompute: Callable[[list[Tensor], list[float]], Tensor] | None = None,
     differentiable: bool = True,
 ) -> None:
     """Register ``elmo::name`` (``eager`` as its implementation, ``fake`` for tracing) and, if ``differentiable``, its
-    backward operator, which differentiates ``recompute`` (default ``eager``: the same function, for what
-    ``torch.func`` can trace)."""
-    recompute = recompute or eager
+    backward operator, which re-runs ``eager`` under ``torch.func.vjp``."""
 
     def forward(tensors: list[Tensor], consts: list[float]) -> Tensor:
         with _no_autocast(tensors[0].device):
@@ -95,7 +92,7 @@ def _define(
             inputs = list(tensors)
             for k, t in zip(floating, differentiable, strict=True):
                 inputs[k] = t
-            return recompute(inputs, list(consts))
+            return eager(inputs, list(consts))
 
         with _no_autocast(grad.device):
             _, pull_back = torch.func.vjp(function, *(tensors[k] for k in floating))
@@ -149,23 +146,30 @@ def call(name: str, tensors: Sequence[Tensor], consts: Sequence[float] = ()) -> 
     return _OPS[name][0](list(tensors), [float(c) for c in consts])
 
 
-def _define_kept_steps(name: str, forward: Callable, fake: Callable, backward: Callable) -> None:
-    """Register ``elmo::name`` (returning its output and what its steps kept) with ``backward`` as its gradient, and
+def _define_kept(name: str, forward: Callable, fake: Callable, backward: Callable) -> None:
+    """Register ``elmo::name``, whose forward returns its output and what its backward needs (kept: the recurrences'
+    steps, the highway layers' gates), with ``backward(grad, tensors, kept, consts)`` as its gradient, and
     ``call(name, ...)`` as its output alone."""
     tags = (torch.Tag.needs_contiguous_strides,)
     forward_op = torch.library.custom_op(f"{NAMESPACE}::{name}", forward, mutates_args=(), tags=tags)
     forward_op.register_fake(fake)
-    backward_op = torch.library.custom_op(f"{NAMESPACE}::{name}_backward", backward, mutates_args=(), tags=tags)
-    backward_op.register_fake(lambda grad, tensors, *kept_and_consts: [t.new_empty(t.shape) for t in tensors])
+
+    def backward_function(grad: Tensor, tensors: list[Tensor], kept: list[Tensor], consts: list[float]) -> list[Tensor]:
+        return backward(grad, list(tensors), list(kept), list(consts))
+
+    backward_op = torch.library.custom_op(
+        f"{NAMESPACE}::{name}_backward", backward_function, mutates_args=(), tags=tags
+    )
+    backward_op.register_fake(lambda grad, tensors, kept, consts: [t.new_empty(t.shape) for t in tensors])
 
     def setup_context(ctx, inputs, output):
         tensors, consts = inputs
         ctx.save_for_backward(*tensors, *output[1:])
-        ctx.consts = consts
+        ctx.inputs, ctx.consts = len(tensors), consts
 
     def formula(ctx, grad, *unused):
-        *tensors, activations, c_raw, p_raw = ctx.saved_tensors
-        grads = backward_op(grad.contiguous(), tensors, activations, c_raw, p_raw, ctx.consts)
+        tensors, kept = ctx.saved_tensors[: ctx.inputs], ctx.saved_tensors[ctx.inputs :]
+        grads = backward_op(grad.contiguous(), list(tensors), list(kept), ctx.consts)
         grads = [g if t.is_floating_point() else None for g, t in zip(grads, tensors, strict=True)]
         return grads, (None if ctx.consts else [])  # as [`_define`]'s formula
 
@@ -233,18 +237,26 @@ def _encoder_view(weights: Sequence[Tensor], consts: Sequence[float]) -> tuple[n
     return view, dict(zip((name for name, _ in view.named_parameters()), weights, strict=True))
 
 
+def _distinct_words(ids: Tensor, steps: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``ids (B, T, C)`` of ``steps (B,)`` tokens each -> ``present (B, T)`` bool, the distinct tokens ``(U, C)`` and
+    where each present token is among them, ``(number present,)``."""
+    present = torch.arange(ids.shape[1], device=ids.device) < steps.unsqueeze(1)
+    unique, inverse = torch.unique(ids[present], dim=0, return_inverse=True)
+    return present, unique, inverse
+
+
 def _token_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
     """Layer 0 of the biLM's tokens, as the eager path computes it (each distinct word once, the convolutions up to
     the longest word): ``ids (B, T, C)`` (``C + 1`` with a word input) of ``steps (B,)`` tokens each (``<S>``, the
-    words, ``</S>``), then the encoder's weights -> ``(B, T, P)``, zero past each row's steps."""
+    words, ``</S>``), then the encoder's weights -> ``(B, T, P)``, zero past each row's steps. At inference; where
+    gradients are wanted, ``elmo::token_layer_train`` runs instead (``graph_path_elmo.py``)."""
     ids, steps, *weights = tensors
-    batch, positions = ids.shape[:2]
-    present = torch.arange(positions, device=ids.device) < steps.unsqueeze(1)  # (B, T)
     view, named = _encoder_view(weights, consts)
-    tokens = weights[0].new_zeros(batch, positions, weights[1 + 2 * int(consts[0]) + 4 * int(consts[1])].shape[0])
-    if not bool(present.any()):  # zeros that depend on the weights (the recomputed backward needs a graph)
-        return tokens + 0 * sum(w.sum() for w in weights)
-    unique, inverse = torch.unique(ids[present], dim=0, return_inverse=True)
+    projection = named["projection.weight"]
+    tokens = projection.new_zeros(*ids.shape[:2], projection.shape[0])
+    present, unique, inverse = _distinct_words(ids, steps)
+    if unique.shape[0] == 0:
+        return tokens
     embedded = torch.func.functional_call(view, named, (unique,))
     return tokens.to(embedded.dtype).index_put((present,), embedded[inverse])
 
@@ -254,7 +266,118 @@ def _token_layer_fake(tensors: list[Tensor], consts: list[float]) -> Tensor:
     return projection.new_empty(*ids.shape[:2], projection.shape[0])
 
 
-_define("token_layer", _token_layer, _token_layer_fake)
+_define("token_layer", _token_layer, _token_layer_fake, differentiable=False)
+
+
+# ``elmo::token_layer_train``: ``elmo::token_layer`` (same arguments, same output first) where gradients are wanted.
+# It also keeps, per distinct word, each highway layer's input, carry gate and transform, and the projection's input
+# (``(3 n_highway + 1, B * T, F)``: room for every token, the first U rows the distinct words'), so that its
+# backward differentiates the highway layers and the projection directly; only the character CNN's filters
+# (embedding, convolutions, max, activation: the cheap part) run again, under ``torch.func.vjp``.
+
+
+class _Filters(nn.Module):
+    """``ElmoCharacterEncoder.filters`` as a module's forward, so that ``torch.func.functional_call`` gives it the
+    weights: ``char_ids (N, C)`` -> ``(N, n_filters)``, ``block_words`` words at a time as the encoder's forward."""
+
+    def __init__(self, encoder: nn.Module):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, char_ids: Tensor) -> Tensor:
+        encoder = self.encoder
+        blocks = char_ids.split(encoder.block_words) if char_ids.shape[0] else [char_ids]
+        return torch.cat([encoder.filters(b, b.ne(encoder.padding_id).sum(dim=-1)) for b in blocks])
+
+
+def _filter_weights(named: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The filters' weights (character embedding, convolutions) by their names in [`_Filters`]."""
+    prefixes = ("char_embedding.", "convolutions.")
+    return {"encoder." + name: w for name, w in named.items() if name.startswith(prefixes)}
+
+
+def _word_input_weights(named: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The word input's weights by their names in ``ElmoWordInput``."""
+    return {name.removeprefix("word_input."): w for name, w in named.items() if name.startswith("word_input.")}
+
+
+def _token_layer_train(tensors: list[Tensor], consts: list[float]) -> tuple[Tensor, Tensor]:
+    ids, steps, *weights = tensors
+    with _no_autocast(ids.device):
+        view, named = _encoder_view(weights, consts)
+        projection = named["projection.weight"]
+        n_highway, rows = int(consts[1]), ids.shape[0] * ids.shape[1]
+        kept = projection.new_zeros(3 * n_highway + 1, rows, projection.shape[1])
+        tokens = projection.new_zeros(*ids.shape[:2], projection.shape[0])
+        present, unique, inverse = _distinct_words(ids, steps)
+        chars = unique[:, :-1] if consts[4] else unique  # a word input's id comes last
+        x = torch.func.functional_call(_Filters(view), _filter_weights(named), (chars,))  # (U, F)
+        count = x.shape[0]
+        for k in range(n_highway):  # ElmoHighway.forward, keeping its input, gate and transform
+            carry, transform = f"highways.{k}.carry.", f"highways.{k}.transform."
+            gate = torch.sigmoid(F.linear(x, named[carry + "weight"], named[carry + "bias"]))
+            transformed = F.relu(F.linear(x, named[transform + "weight"], named[transform + "bias"]))
+            kept[3 * k : 3 * k + 3, :count] = torch.stack([x, gate, transformed])
+            x = gate * transformed + (1.0 - gate) * x
+        kept[3 * n_highway, :count] = x
+        embedded = F.linear(x, projection, named["projection.bias"])
+        if consts[4]:
+            word_input = torch.func.functional_call(view.word_input, _word_input_weights(named), (unique[:, -1],))
+            embedded = embedded + word_input
+        return tokens.index_put((present,), embedded[inverse]), kept
+
+
+def _token_layer_train_fake(tensors: list[Tensor], consts: list[float]) -> tuple[Tensor, Tensor]:
+    ids, projection = tensors[0], tensors[3 + 2 * int(consts[0]) + 4 * int(consts[1])]
+    rows = ids.shape[0] * ids.shape[1]
+    return (
+        projection.new_empty(*ids.shape[:2], projection.shape[0]),
+        projection.new_empty(3 * int(consts[1]) + 1, rows, projection.shape[1]),
+    )
+
+
+def _token_layer_train_backward(
+    grad: Tensor, tensors: list[Tensor], kept: list[Tensor], consts: list[float]
+) -> list[Tensor]:
+    """The gradients of ``elmo::token_layer_train``'s inputs from its output's ``grad (B, T, P)``: through the
+    projection and the highway layers with what the forward kept, ``y = t * r + (1 - t) * x`` with ``t =
+    sigmoid(x W_carry + b)`` and ``r = relu(x W_transform + b)``; through the word input and the filters by
+    ``torch.func.vjp`` of their forward."""
+    ids, steps, *weights = tensors
+    (kept,) = kept
+    with _no_autocast(grad.device):
+        view, named = _encoder_view(weights, consts)
+        grads = {name: torch.zeros_like(w) for name, w in named.items()}
+        present, unique, inverse = _distinct_words(ids, steps)
+        count, n_highway = unique.shape[0], int(consts[1])
+        d_y = grad.new_zeros(count, grad.shape[-1]).index_add_(0, inverse, grad[present])  # (U, P): per distinct word
+        x = kept[3 * n_highway, :count]
+        grads["projection.weight"], grads["projection.bias"] = d_y.t() @ x, d_y.sum(0)
+        d_x = d_y @ named["projection.weight"]  # (U, F)
+        if consts[4]:
+            word_ids = unique[:, -1]
+            _, pull_back = torch.func.vjp(
+                lambda w: torch.func.functional_call(view.word_input, w, (word_ids,)), _word_input_weights(named)
+            )
+            grads |= {"word_input." + name: g for name, g in pull_back(d_y)[0].items()}
+        for k in range(n_highway - 1, -1, -1):
+            x, gate, transformed = kept[3 * k : 3 * k + 3, :count]
+            d_carry = d_x * (transformed - x) * gate * (1.0 - gate)  # through the gate's sigmoid
+            d_transform = d_x * gate * (transformed > 0).to(d_x.dtype)  # through the relu
+            carry, transform = f"highways.{k}.carry.", f"highways.{k}.transform."
+            grads[carry + "weight"], grads[carry + "bias"] = d_carry.t() @ x, d_carry.sum(0)
+            grads[transform + "weight"], grads[transform + "bias"] = d_transform.t() @ x, d_transform.sum(0)
+            d_x = d_x * (1.0 - gate) + d_carry @ named[carry + "weight"] + d_transform @ named[transform + "weight"]
+        chars = unique[:, :-1] if consts[4] else unique
+        filters = _Filters(view)
+        _, pull_back = torch.func.vjp(
+            lambda w: torch.func.functional_call(filters, w, (chars,)), _filter_weights(named)
+        )
+        grads |= {name.removeprefix("encoder."): g for name, g in pull_back(d_x)[0].items()}
+        return [torch.zeros_like(ids), torch.zeros_like(steps), *(grads[name].contiguous() for name in named)]
+
+
+_define_kept("token_layer_train", _token_layer_train, _token_layer_train_fake, _token_layer_train_backward)
 
 
 # ------------------------------------------------------------------------------------------------ biLM layer
@@ -499,10 +622,11 @@ def _bilstm_layer_train_fake(tensors: list[Tensor], consts: list[float]) -> tupl
 
 
 def _bilstm_layer_train_backward(
-    grad: Tensor, tensors: list[Tensor], activations: Tensor, c_raw: Tensor, p_raw: Tensor, consts: list[float]
+    grad: Tensor, tensors: list[Tensor], kept: list[Tensor], consts: list[float]
 ) -> list[Tensor]:
     """The gradients of ``elmo::bilstm_layer_train``'s inputs from its output's ``grad (2B, T, P)``."""
     inputs, lengths, input_kernel, state_kernel, bias, projection = tensors
+    activations, c_raw, p_raw = kept
     with _no_autocast(grad.device):
         batch, steps, width = lengths.shape[0], inputs.shape[-2], inputs.shape[-1]
         layout = _Steps(lengths, steps)
@@ -534,7 +658,7 @@ def _bilstm_layer_train_backward(
         return [d_inputs.contiguous(), torch.zeros_like(lengths), d_input_kernel, d_state_kernel, d_bias, d_projection]
 
 
-_define_kept_steps("bilstm_layer_train", _bilstm_layer_train, _bilstm_layer_train_fake, _bilstm_layer_train_backward)
+_define_kept("bilstm_layer_train", _bilstm_layer_train, _bilstm_layer_train_fake, _bilstm_layer_train_backward)
 
 
 # ------------------------------------------------------------------------------------------- task BiLSTM layer
@@ -625,10 +749,11 @@ def _task_lstm_layer_train_fake(tensors: list[Tensor], consts: list[float]) -> t
 
 
 def _task_lstm_layer_train_backward(
-    grad: Tensor, tensors: list[Tensor], activations: Tensor, c_raw: Tensor, p_raw: Tensor, consts: list[float]
+    grad: Tensor, tensors: list[Tensor], kept: list[Tensor], consts: list[float]
 ) -> list[Tensor]:
     """The gradients of ``elmo::task_lstm_layer_train``'s inputs from its output's ``grad (B, W, 2H)``."""
     features, lengths, *weights = tensors
+    activations, c_raw, p_raw = kept
     with _no_autocast(grad.device):
         layout = _Steps(lengths.clamp(min=1), features.shape[1])
         run = native_steps_backward if _native_bptt(activations) else steps_backward
@@ -646,7 +771,7 @@ def _task_lstm_layer_train_backward(
         return [d_features.contiguous(), torch.zeros_like(tensors[1]), *d_weights]
 
 
-_define_kept_steps(
+_define_kept(
     "task_lstm_layer_train", _task_lstm_layer_train, _task_lstm_layer_train_fake, _task_lstm_layer_train_backward
 )
 

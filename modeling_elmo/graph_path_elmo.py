@@ -139,7 +139,10 @@ def _layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, lengt
         # The eager path's encoder as an operator: each distinct word once, the convolutions up to the longest word
         # (reads values into Python, which a CUDA graph cannot: there inductor compiles it over all C positions).
         cnn = model.char_cnn
-        tokens = call("token_layer", [ids, steps, *cnn.parameters()], char_encoder_consts(cnn))  # (B, T, P)
+        weights = list(cnn.parameters())
+        training = torch.is_grad_enabled() and any(w.requires_grad for w in weights)  # keeps its highway's gates
+        name = "token_layer_train" if training else "token_layer"
+        tokens = call(name, [ids, steps, *weights], char_encoder_consts(cnn))  # (B, T, P)
     else:
         encoded = encode_characters(model.char_cnn, ids)  # (B, T, P), in autocast's dtype under autocast
         tokens = encoded * (positions < steps.unsqueeze(1)).unsqueeze(-1).to(encoded.dtype)

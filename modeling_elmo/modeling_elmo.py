@@ -70,11 +70,6 @@ from .task_lstm_elmo import ElmoTaskLstm
 logger = logging.get_logger(__name__)
 
 PADDING_ID = PADDING_CHAR + 1  # the padding mark after the +1 shift of all character ids
-# Memory bounds for long inputs (issue #8), exact (outputs do not depend on them beyond float rounding):
-# words per character-CNN call (up to ~0.37 MB of activations a word at the original size), and packed biLSTM
-# steps whose input gates are computed at once (2 x 4D floats each: 128 KB at the original size).
-CHAR_CNN_BLOCK_WORDS = 1024
-GATE_BLOCK_ROWS = 1024
 
 
 # ---------------------------------------------------------------------------------------------
@@ -118,11 +113,15 @@ class ElmoCharacterEncoder(nn.Module):
         self.padding_id = MANYLANGS_PAD_CHAR if config.char_vocabulary == "manylangs" else PADDING_ID
         self.word_input = ElmoWordInput(config) if config.word_vocab_size else None
 
+    # A memory bound for long inputs (issue #8; outputs do not depend on it beyond float rounding): words encoded at
+    # once (up to ~0.37 MB of activations a word at the original size).
+    block_words: int = 1024
+
     def forward(self, char_ids: torch.Tensor) -> torch.Tensor:
         batch_shape, width = char_ids.shape[:-1], char_ids.shape[-1]
         char_ids = char_ids.reshape(-1, width)
-        if char_ids.shape[0] > CHAR_CNN_BLOCK_WORDS:  # bounded convolution activations for many words
-            return torch.cat([self(block) for block in char_ids.split(CHAR_CNN_BLOCK_WORDS)]).reshape(*batch_shape, -1)
+        if char_ids.shape[0] > self.block_words:
+            return torch.cat([self(block) for block in char_ids.split(self.block_words)]).reshape(*batch_shape, -1)
         word_ids = None
         if self.word_input is not None:
             char_ids, word_ids = char_ids[:, :-1], char_ids[:, -1]
@@ -216,7 +215,7 @@ class ElmoBiLstmLayer(GradientCheckpointingLayer):
     use_prepacked_weights: bool = True
     prepack_min_elements: int = 1 << 20
     prepack_min_rows: int = 2
-    gate_block_rows: int = GATE_BLOCK_ROWS  # the input product runs for this many packed steps at a time
+    gate_block_rows: int = 1024  # packed steps whose input product runs at once (a memory bound, as block_words)
 
     def gate_bias(self) -> torch.Tensor:
         """``B`` plus the forget bias 1, ``(2, 4D)``, in the weights' dtype."""

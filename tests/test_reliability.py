@@ -501,7 +501,7 @@ def test_memory_blocks_do_not_change_outputs(monkeypatch):
     batch = [[f"w{i}" for i in range(n)] + ["é" * 30] for n in (40, 3, 17, 0)]
     enc = TOKENIZER(batch, is_split_into_words=True, padding=True, return_tensors="pt")
     whole = run(MODEL, enc["input_ids"], enc["attention_mask"])
-    monkeypatch.setattr(modeling, "CHAR_CNN_BLOCK_WORDS", 7)
+    monkeypatch.setattr(modeling.ElmoCharacterEncoder, "block_words", 7)
     monkeypatch.setattr(modeling.ElmoBiLstmLayer, "gate_block_rows", 5)
     blocks = run(MODEL, enc["input_ids"], enc["attention_mask"])
     for a, b in zip(whole.hidden_states, blocks.hidden_states, strict=True):
