@@ -435,16 +435,18 @@ def _both_inputs(inputs: Tensor, lengths: Tensor, consts: list[float]) -> Tensor
     return inputs.view(2, lengths.shape[0], inputs.shape[-2], inputs.shape[-1])
 
 
-def _reads_lengths(device: torch.device) -> bool:
-    """Whether the recurrences pack the valid steps (reading the lengths into Python: the CPU), or run every step
-    of the padded batch (no value read: CUDA graphs can capture them). Tests run the padded layout on the CPU."""
+def reads_values(device: torch.device) -> bool:
+    """Whether the compiled path reads tensor values into Python on ``device`` (the CPU: the token layer's distinct
+    words, the recurrences' packed steps), or reads none (CUDA: a CUDA graph can capture it; inductor compiles the
+    character CNN, the recurrences run every step of the padded batch). The one place the layout is chosen: tests
+    run the CUDA layout on the CPU by patching it."""
     return device.type == "cpu"
 
 
 class _Steps:
     """Where the valid steps of a ``(2, B, T, ...)`` batch go in the time-major packed layout of the recurrences
     (``ElmoBiLm.forward``'s: rows longest first, step 0 of every row, then step 1 of the rows still running, ...)
-    on the CPU. Off the CPU ([`_reads_lengths`]) every step of every row, ``batch_sizes`` ``[B] * T``: the steps
+    on the CPU. Off the CPU ([`reads_values`]) every step of every row, ``batch_sizes`` ``[B] * T``: the steps
     past a row's end come after its real ones and never reach them.
 
     ``pack``/``unpack`` move a part per direction; the ``*_read_both`` methods serve a layer whose two directions
@@ -457,7 +459,7 @@ class _Steps:
         # Packed layout only: where each packed step comes from in (B * T), read forward and reversed.
         self.index: Tensor | None = None
         self.reversed_index: Tensor | None = None
-        if not _reads_lengths(lengths.device):
+        if not reads_values(lengths.device):
             self.batch_sizes = [batch] * steps
             return
         _, order = lengths.sort(descending=True)
@@ -675,7 +677,7 @@ def _task_lstm_layer(tensors: list[Tensor], consts: list[float]) -> Tensor:
     if words == 0 or batch == 0:
         return features.new_zeros(batch, words, 2 * hidden)
     lengths = lengths.clamp(min=1)
-    if features.device.type == "cpu":  # the eager path's packed sequences
+    if reads_values(features.device):  # the eager path's packed sequences
         state = features.new_zeros(2, batch, hidden)
         packed = pack_padded_sequence(features, lengths.cpu(), batch_first=True, enforce_sorted=False)
         data, _, _ = torch.lstm(packed.data, packed.batch_sizes, (state, state), weights, True, 1, 0.0, False, True)
@@ -841,4 +843,13 @@ def _crf_through_each_tag(tensors: list[Tensor], consts: list[float]) -> Tensor:
 _define("crf_through_each_tag", _crf_through_each_tag, lambda tensors, consts: torch.empty_like(tensors[0]))
 
 
-__all__ = ["NAMESPACE", "bilstm_layer_consts", "call", "crf_alphas", "reverse_padded", "task_lstm", "use_bilstm_layer"]
+__all__ = [
+    "NAMESPACE",
+    "bilstm_layer_consts",
+    "call",
+    "crf_alphas",
+    "reads_values",
+    "reverse_padded",
+    "task_lstm",
+    "use_bilstm_layer",
+]

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import compiled_ops_elmo
 from .compiled_ops_elmo import bilstm_layer_consts, call, char_encoder_consts, reverse_padded
 
 
@@ -135,7 +136,7 @@ def _layers(model: nn.Module, input_ids: torch.Tensor, mask: torch.Tensor, lengt
     ids = torch.cat([bos.expand(batch, 1, chars), words_only, input_ids.new_zeros(batch, 1, chars)], dim=1)
     ids = torch.where((positions == (lengths + 1).unsqueeze(1)).unsqueeze(-1), eos, ids)
     steps = lengths + 2
-    if compiling() and ids.device.type == "cpu":
+    if compiling() and compiled_ops_elmo.reads_values(ids.device):
         # The eager path's encoder as an operator: each distinct word once, the convolutions up to the longest word
         # (reads values into Python, which a CUDA graph cannot: there inductor compiles it over all C positions).
         cnn = model.char_cnn

@@ -71,7 +71,7 @@ def steps_kind(request, monkeypatch):
     else:
         monkeypatch.setattr(ops, "_native_bptt", lambda tensor: False)
     if request.param == "torch_padded":
-        monkeypatch.setattr(ops, "_reads_lengths", lambda device: False)
+        monkeypatch.setattr(ops, "reads_values", lambda device: False)
     return request.param
 
 

@@ -19,6 +19,7 @@ from modeling_elmo import (
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
+    compiled_ops_elmo,
 )
 
 # Each test traces the model (10-60 s on a small shared CPU): all are slow-marked (CI still runs them).
@@ -401,6 +402,35 @@ def test_inductor_training_gradients_equal_eager(name):
     compiled = torch.compile(model)
     for rows, words, seed in [(4, 6, 0), (3, 9, 1)]:
         inputs = _trained_inputs(name, rows, words, seed)
+        out = compiled(**inputs)
+        _loss(name, out).backward()
+        got = _trained_grads(model)
+        ref = model(**inputs)
+        _loss(name, ref).backward()
+        want = _trained_grads(model)
+        torch.testing.assert_close(_loss(name, out), _loss(name, ref), rtol=1e-5, atol=1e-6)
+        _same_gradients(got, want)
+
+
+@pytest.mark.parametrize("name", ["elmo", "tagger_crf_2_layers", "question_answering"])
+def test_the_cuda_layout_runs_on_the_cpu_as_eager(name, monkeypatch):
+    """What the compiled path runs on CUDA, where it reads no value into Python (``compiled_ops_elmo.reads_values``:
+    inductor's character CNN over all positions, every step of the padded batch, the torch steps of
+    ``bptt_elmo.py``), here on the CPU, where no GPU tests it: inference outputs, the loss and every gradient as
+    eager's, in the static graph and the dynamic one."""
+    monkeypatch.setattr(compiled_ops_elmo, "reads_values", lambda device: False)
+    monkeypatch.setattr(compiled_ops_elmo, "_native_bptt", lambda tensor: False)
+    model = TRAINED[name]().train()
+    compiled = torch.compile(model)
+    for rows, words, seed in [(4, 6, 0), (3, 9, 1)]:
+        inputs = _trained_inputs(name, rows, words, seed)
+        with torch.no_grad():
+            model.eval()
+            for key in (*OUTPUTS, "elmo"):
+                got, want = getattr(compiled(**inputs), key, None), getattr(model(**inputs), key, None)
+                if want is not None:
+                    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=key)
+            model.train()
         out = compiled(**inputs)
         _loss(name, out).backward()
         got = _trained_grads(model)
