@@ -43,12 +43,18 @@ _CAPABILITY_FLAGS = {
 }
 
 
-def _command(source: Path, output: Path) -> list[str]:
+def _commands(source: Path, output: Path) -> list[list[str]]:
+    """The compiler's two calls: ``source`` to an object file, then the object to the library ``output``.
+
+    Apart, because ``-ffast-math`` at the link would add the compiler's ``crtfastmath.o``, whose constructor sets the
+    CPU's flush-to-zero and denormals-are-zero modes for the whole process when the library loads: every float
+    computation of the user's process, not just this library's, would lose its subnormal numbers."""
     compiler = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++") or "clang++"
     library = Path(torch.__file__).parent / "lib"
-    return [
+    objects = output.with_suffix(".o")
+    compile_source = [
         compiler,
-        "-shared",
+        "-c",
         "-fPIC",
         "-O3",
         "-std=c++20",
@@ -59,12 +65,21 @@ def _command(source: Path, output: Path) -> list[str]:
         *(f"-I{path}" for path in cpp_extension.include_paths()),
         str(source),
         "-o",
+        str(objects),
+    ]
+    link = [
+        compiler,
+        "-shared",
+        "-fopenmp",
+        str(objects),
+        "-o",
         str(output),
         f"-L{library}",
         "-lc10",
         "-ltorch_cpu",
         f"-Wl,-rpath,{library}",
     ]
+    return [compile_source, link]
 
 
 @functools.cache  # looked up at every call of the layer: the source is hashed once
@@ -83,7 +98,7 @@ def _library_path() -> Path:
     """Where the built library for this source, torch and CPU capability lives."""
     key = hashlib.sha256()
     key.update(_library_source().encode())
-    key.update(" ".join(_command(Path("source.cpp"), Path("out"))).encode())
+    key.update(repr(_commands(Path("source.cpp"), Path("out"))).encode())
     key.update(torch.__version__.encode())
     root = os.environ.get("TORCH_EXTENSIONS_DIR") or cpp_extension.get_default_build_root()
     return Path(root) / f"elmo_lstm_steps_{key.hexdigest()[:16]}.so"
@@ -96,9 +111,10 @@ def _build(path: Path) -> None:
     with tempfile.TemporaryDirectory(prefix=path.stem + ".", dir=path.parent) as folder:
         source, library = Path(folder) / "lstm_steps.cpp", Path(folder) / path.name
         source.write_text(_library_source(), encoding="utf-8")
-        result = subprocess.run(_command(source, library), capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            raise RuntimeError(f"the C++ compiler failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
+        for command in _commands(source, library):
+            result = subprocess.run(command, capture_output=True, text=True, check=False)
+            if result.returncode != 0:
+                raise RuntimeError(f"the C++ compiler failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
         os.replace(library, path)
 
 

@@ -146,6 +146,31 @@ def test_without_a_compiler_one_warning_and_the_python_steps(tmp_path):
     assert not any((tmp_path / "ext").iterdir())  # no half-built library, no temporary folder
 
 
+def test_loading_the_library_leaves_subnormal_numbers_alone(tmp_path):
+    """The library is compiled with ``-ffast-math`` (vectorised exp and tanh) but linked without it: linked with it,
+    the compiler's ``crtfastmath.o`` set flush-to-zero and denormals-are-zero for the whole process as the library
+    loaded, and every later float computation of the user's process (torch's, numpy's) lost its subnormal numbers
+    (hypothesis refused to run in the same test worker). Checked in a new process, with a new build."""
+    script = textwrap.dedent(
+        """
+        import numpy as np
+        import torch
+        from modeling_elmo.native_steps_elmo import native_steps_available
+        before = (float(torch.tensor(1e-40) * 1.0), float(np.float32(1e-40) * np.float32(1.0)))
+        assert native_steps_available()
+        after = (float(torch.tensor(1e-40) * 1.0), float(np.float32(1e-40) * np.float32(1.0)))
+        print(*before, *after)
+        """
+    )
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    values = [float(word) for word in result.stdout.split()]
+    before, after = values[:2], values[2:]
+    assert all(value > 0 for value in before), before
+    assert after == before, f"subnormals flushed to zero after loading the library: {before} -> {after}"
+
+
 @pytest.mark.parametrize("lstm_order", [False, True], ids=["ijfo", "ifgo"])
 @pytest.mark.parametrize("projection", [True, False], ids=["projection", "no_projection"])
 @pytest.mark.parametrize("clips", [True, False], ids=["clips", "no_clips"])
