@@ -1,4 +1,5 @@
-"""ELMo's character encoder and recurrences as custom operators (``torch.ops.elmo.*``), for ``torch.compile``:
+"""ELMo's character encoder and recurrences as custom operators (``torch.ops.elmo_<hash>.*``, written ``elmo::*``
+here; [`operator_namespace`]), for ``torch.compile``:
 opaque to dynamo and inductor, which compile what surrounds them (boundaries, the layers' layout, mixes, heads).
 
 Each operator's implementation is the eager path's own code on padded tensors: the token layer encodes each distinct
@@ -29,9 +30,11 @@ returns one tensor ([`call`], the way in, returns the training operators' first 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import math
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -43,9 +46,22 @@ from .bptt_elmo import state_dtype, steps_backward, steps_saving
 from .characters import PADDING_CHAR
 from .native_steps_elmo import native_forward, native_steps_available, native_steps_backward, native_steps_saving
 
-# "elmo" for the installed package; a copy of this file loaded as a model folder's remote code (transformers_modules.
-# ...) registers its own namespace, since an operator name can be registered once per process.
-NAMESPACE = "elmo" if __name__ == "modeling_elmo.compiled_ops_elmo" else "elmo_" + re.sub(r"\W", "_", __name__)
+
+def operator_namespace(module: str, source: bytes) -> str:
+    """The operators' namespace for this file's ``source`` loaded as ``module``: ``elmo_<hash of the source>`` for
+    the installed package, ``elmo_<module>_<hash>`` for a copy loaded as a model folder's remote code
+    (``transformers_modules...``: an operator name can be registered once per process).
+
+    The hash, because torch's compile caches key a compiled backward on its forward graph alone
+    (pytorch/pytorch#144344): after an upgrade that changed an operator's autograd formula under the same name, a
+    process would run the backward that an older version left in the cache (``/tmp/torchinductor_$USER``)."""
+    digest = hashlib.sha256(source).hexdigest()[:8]
+    if module == "modeling_elmo.compiled_ops_elmo":
+        return f"elmo_{digest}"
+    return "elmo_" + re.sub(r"\W", "_", module) + "_" + digest
+
+
+NAMESPACE = operator_namespace(__name__, Path(__file__).read_bytes())
 _OPS: dict[str, tuple[Callable, Callable]] = {}  # name -> (forward operator, eager function)
 
 # The biLM layer class whose recurrence ``elmo::bilstm_layer`` runs, given by modeling_elmo.py ([`use_bilstm_layer`]):
@@ -137,8 +153,8 @@ def _define(
 
 
 def call(name: str, tensors: Sequence[Tensor], consts: Sequence[float] = ()) -> Tensor:
-    """``torch.ops.elmo.<name>(tensors, consts)``, its floating tensors cast to autocast's dtype where autocast is on
-    (as the eager path's products run in it; the cell state stays float32 there too)."""
+    """``torch.ops.elmo_<hash>.<name>(tensors, consts)``, its floating tensors cast to autocast's dtype where autocast
+    is on (as the eager path's products run in it; the cell state stays float32 there too)."""
     device = tensors[0].device
     if device.type in ("cpu", "cuda") and torch.is_autocast_enabled(device.type):
         dtype = torch.get_autocast_dtype(device.type)
@@ -849,6 +865,7 @@ __all__ = [
     "bilstm_layer_consts",
     "call",
     "crf_alphas",
+    "operator_namespace",
     "reads_values",
     "reverse_padded",
     "task_lstm",

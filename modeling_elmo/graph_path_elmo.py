@@ -13,11 +13,11 @@ What differs from the eager path, and why the outputs are the same (within float
 - ``<S>``/``</S>`` placed by comparisons with the lengths, not by indexing with Python ints;
 - the recurrences (each biLSTM layer, a head's task BiLSTM, the CRF's forward and forward-backward algorithms):
 
-  - under ``torch.compile`` ([`compiling`]), custom operators (``compiled_ops_elmo.py``: ``torch.ops.elmo.*``) whose
-    implementation is the eager path's code on the padded batch (packed real steps, prepacked products at
-    inference); in training, the recurrences' operators keep their steps for a backward through time
-    (``bptt_elmo.py``). Inductor compiles everything around them and lowers no recurrence; any length runs in the
-    same graph.
+  - under ``torch.compile`` ([`compiling`]), custom operators (``compiled_ops_elmo.py``:
+    ``torch.ops.elmo_<hash>.*``) whose implementation is the eager path's code on the padded batch (packed real
+    steps, prepacked products at inference); in training, the recurrences' operators keep their steps for a
+    backward through time (``bptt_elmo.py``). Inductor compiles everything around them and lowers no recurrence;
+    any length runs in the same graph.
   - under ``torch.export``, ``scan``s (``torch._higher_order_ops.scan``) over all ``T`` steps, both directions at
     once, ``T`` a symbolic size (an ONNX ``Scan`` of any length): [`run_layer`], [`run_task_lstm`],
     [`crf_log_partition`], [`crf_through_each_tag`]. The backward direction reads each sentence reversed within its

@@ -8,6 +8,8 @@ on a small CPU); inductor itself runs in the slow tests."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from helpers import BATCHING_ATOL, TINY
@@ -586,3 +588,17 @@ def test_trainer_with_torch_compile_trains_as_eager(tmp_path):
         torch.testing.assert_close(weights[True][key], want, rtol=1e-5, atol=1e-6, msg=key)
     moved = [key for key, want in weights[False].items() if (want - initial[key]).abs().max() > 1e-3]
     assert any("encoder.lstm" in key for key in moved) and any("crf" in key for key in moved), moved
+
+
+def test_the_operators_namespace_changes_with_their_source():
+    """torch's compile caches key a compiled backward on its forward graph alone (pytorch/pytorch#144344; the stale
+    backward of an older version once crashed this suite: ``task_lstm_layer_train_backward() expected at most 4
+    argument(s) but received 6``). The operators' names carry a hash of their module's source, so that a cache
+    written by another version of ``compiled_ops_elmo.py`` is never read."""
+    source = Path(compiled_ops_elmo.__file__).read_bytes()
+    package = "modeling_elmo.compiled_ops_elmo"
+    assert compiled_ops_elmo.NAMESPACE == compiled_ops_elmo.operator_namespace(package, source)
+    assert compiled_ops_elmo.operator_namespace(package, source + b"\n# changed\n") != compiled_ops_elmo.NAMESPACE
+    remote = compiled_ops_elmo.operator_namespace("transformers_modules.folder.compiled_ops_elmo", source)
+    assert remote != compiled_ops_elmo.NAMESPACE and remote.isidentifier()
+    assert getattr(torch.ops, compiled_ops_elmo.NAMESPACE).token_layer_train is not None
