@@ -8,6 +8,10 @@ on a small CPU); inductor itself runs in the slow tests."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -602,3 +606,60 @@ def test_the_operators_namespace_changes_with_their_source():
     remote = compiled_ops_elmo.operator_namespace("transformers_modules.folder.compiled_ops_elmo", source)
     assert remote != compiled_ops_elmo.NAMESPACE and remote.isidentifier()
     assert getattr(torch.ops, compiled_ops_elmo.NAMESPACE).token_layer_train is not None
+
+
+_CACHED_STEP = """
+import sys
+import torch
+sys.path.insert(0, sys.argv[1])  # the tests' helpers
+from helpers import TINY
+import modeling_elmo
+from modeling_elmo import ElmoConfig, ElmoForTokenClassification
+
+torch.manual_seed(0)
+config = ElmoConfig(**TINY, num_labels=3, tagger_num_layers=1, tagger_dropout=0.0, elmo_dropout=0.0)
+model = ElmoForTokenClassification(config).train()
+ids = torch.randint(1, 262, (2, 4, 50), generator=torch.Generator().manual_seed(0))
+ids[..., 8:] = 260
+labels = torch.tensor([[0, 1, 2, 1], [2, 0, 1, 0]])
+torch.compile(model)(input_ids=ids, attention_mask=torch.ones(2, 4, dtype=torch.long), labels=labels).loss.backward()
+print(modeling_elmo.__file__, float(model.encoder.lstm.weight_ih_l0.grad.abs().sum()))
+"""
+
+
+def test_a_compile_cache_written_by_another_version_of_the_operators_is_never_read(tmp_path):
+    """Two processes share one inductor cache folder. The first trains a compiled tagger step with the package; the
+    second with a copy of it whose training operators' autograd formula doubles every gradient. The second must run
+    its own backward (the task BiLSTM's weight gradients doubled), not the one the first left in the cache: torch
+    keys a compiled backward on its forward graph alone (pytorch/pytorch#144344), so only the operators' names, which
+    carry a hash of their source, keep the two apart."""
+    copy = tmp_path / "copy"
+    shutil.copytree(
+        Path(compiled_ops_elmo.__file__).parent, copy / "modeling_elmo", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    source = copy / "modeling_elmo" / "compiled_ops_elmo.py"
+    text = source.read_text(encoding="utf-8")
+    line = "        return grads, (None if ctx.consts else [])  # as [`_define`]'s formula\n"
+    assert text.count(line) == 1
+    source.write_text(text.replace(line, "        grads = [None if g is None else 2 * g for g in grads]\n" + line))
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    runs = []
+    for python_path in (
+        os.environ.get("PYTHONPATH", ""),
+        os.pathsep.join([str(copy), os.environ.get("PYTHONPATH", "")]),
+    ):
+        result = subprocess.run(
+            [sys.executable, "-c", _CACHED_STEP, str(Path(__file__).parent)],
+            capture_output=True,
+            text=True,
+            env={**env, "PYTHONPATH": python_path},
+            timeout=600,
+            cwd=tmp_path,
+        )  # fmt: skip (cwd: not the repository, whose modeling_elmo python -c would import first)
+        assert result.returncode == 0, result.stderr[-3000:]
+        package, gradient = result.stdout.split()
+        runs.append((Path(package), float(gradient)))
+    (package, first), (copied, second) = runs
+    assert copied.is_relative_to(copy) and not package.is_relative_to(copy)  # each process ran its own version
+    assert first > 0
+    torch.testing.assert_close(second, 2 * first, rtol=1e-5, atol=0)
