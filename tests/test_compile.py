@@ -398,6 +398,18 @@ def _same_gradients(got: dict, want: dict) -> None:
         torch.testing.assert_close(got[key], w, rtol=1e-5, atol=1e-5 * scale, msg=lambda m, key=key: f"{key}: {m}")
 
 
+def _step_as_eager(name: str, model, compiled, inputs: dict) -> None:
+    """One training step of ``compiled`` and of ``model`` (eager) on ``inputs``: the same loss and gradients."""
+    out = compiled(**inputs)
+    _loss(name, out).backward()
+    got = _trained_grads(model)
+    ref = model(**inputs)
+    _loss(name, ref).backward()
+    want = _trained_grads(model)
+    torch.testing.assert_close(_loss(name, out), _loss(name, ref), rtol=1e-5, atol=1e-6)
+    _same_gradients(got, want)
+
+
 @pytest.mark.parametrize("name", list(TRAINED))
 def test_inductor_training_gradients_equal_eager(name):
     """Plain ``torch.compile(model)`` (inductor, what ``Trainer(torch_compile=True)`` runs): one training step's loss
@@ -408,14 +420,7 @@ def test_inductor_training_gradients_equal_eager(name):
     compiled = torch.compile(model)
     for rows, words, seed in [(4, 6, 0), (3, 9, 1)]:
         inputs = _trained_inputs(name, rows, words, seed)
-        out = compiled(**inputs)
-        _loss(name, out).backward()
-        got = _trained_grads(model)
-        ref = model(**inputs)
-        _loss(name, ref).backward()
-        want = _trained_grads(model)
-        torch.testing.assert_close(_loss(name, out), _loss(name, ref), rtol=1e-5, atol=1e-6)
-        _same_gradients(got, want)
+        _step_as_eager(name, model, compiled, inputs)
 
 
 @pytest.mark.parametrize("name", ["elmo", "tagger_crf_2_layers", "question_answering"])
@@ -437,14 +442,7 @@ def test_the_cuda_layout_runs_on_the_cpu_as_eager(name, monkeypatch):
                 if want is not None:
                     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5, msg=key)
             model.train()
-        out = compiled(**inputs)
-        _loss(name, out).backward()
-        got = _trained_grads(model)
-        ref = model(**inputs)
-        _loss(name, ref).backward()
-        want = _trained_grads(model)
-        torch.testing.assert_close(_loss(name, out), _loss(name, ref), rtol=1e-5, atol=1e-6)
-        _same_gradients(got, want)
+        _step_as_eager(name, model, compiled, inputs)
 
 
 @pytest.mark.parametrize("reentrant", [False, True], ids=["non_reentrant", "reentrant"])
